@@ -1,0 +1,521 @@
+"""The shared LightningModule of every MARL algorithm.
+
+Per group (``task.group_map``) an algorithm builds a policy, a loss and whatever the loss needs, in
+``__init__`` from the task's specs; envs and collectors are built lazily in ``train_dataloader`` /
+``val_dataloader`` and never become submodules. One Lightning epoch is one collection iteration
+(DESIGN.md §2); the Trainer owns backward, clipping, precision and checkpoints.
+
+Per-group hooks a subclass overrides (BenchMARL's decomposition):
+
+- :meth:`_build_policy` / :meth:`_build_loss`: networks and torchrl loss of one group;
+- :meth:`process_batch`: what happens to a collected batch before training (e.g. GAE);
+- :meth:`loss`: the loss terms of one group on one minibatch; every ``loss_*`` entry is summed;
+- :meth:`param_groups`: the optimizer parameter groups (named ``<group>/<role>``) of one group.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_info
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase, TensorDictSequential
+from torch import nn
+from torchrl.envs import EnvBase
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+from typing_extensions import override
+
+from lit_marl import __version__
+from lit_marl.callbacks import call_marl_hook
+from lit_marl.checkpoint import FORMAT_VERSION, AtomicCheckpointIO, check_compatible, read_checkpoint
+from lit_marl.data import EvaluationBatches, Sampler
+from lit_marl.envs.base import Task
+from lit_marl.models import ModelConfig, Mlp
+from lit_marl.utils import instantiate, isolated_rng, rng_state, set_rng_state
+from lit_marl.errors import ConfigError
+
+
+def _positive_int(field: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{field}: must be a positive integer, got {value!r}")
+    return value
+
+
+def _positive_float(field: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{field}: must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def _unit_interval(field: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ConfigError(f"{field}: must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+class MarlAlgorithm(pl.LightningModule, ABC):
+    """Base of every lit-marl algorithm.
+
+    Args:
+        task: the benchmark task (e.g. ``VmasTask("balance")``).
+        actor_model: network of each group's policy (default ``Mlp()``: 256-256, Tanh).
+        critic_model: network of each group's critic, where the algorithm has one (default ``Mlp()``).
+        share_policy_params: one policy network shared by all agents of a group.
+        frames_per_batch: environment steps collected per iteration (all envs together).
+        num_envs: parallel (vectorised) training environments.
+        max_frames: frame budget; training stops after the iteration that reaches it.
+        lr: Adam learning rate (every parameter group).
+        adam_eps: Adam epsilon.
+        gamma: discount factor.
+        evaluation_episodes: episodes per evaluation (validation loop).
+        evaluation_batch_size: episodes rolled out in parallel per evaluation batch (default: all).
+        evaluation_deterministic: evaluate the policy's mode instead of sampling actions.
+        evaluation_seed: seed of the first evaluation batch (default ``seed + 10_000``); the same
+            episodes are evaluated every time.
+        test_episodes: episodes rolled out by ``lit-marl test``.
+        seed: base seed of the training envs (linked to ``seed_everything`` on the command line).
+    """
+
+    #: name written into checkpoints; a checkpoint only loads into the same algorithm
+    algorithm_name: ClassVar[str] = ""
+    on_policy: ClassVar[bool] = True
+    supports_continuous_actions: ClassVar[bool] = True
+    supports_discrete_actions: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        task: Task,
+        actor_model: ModelConfig | None = None,
+        critic_model: ModelConfig | None = None,
+        share_policy_params: bool = True,
+        frames_per_batch: int = 6000,
+        num_envs: int = 10,
+        max_frames: int = 3_000_000,
+        lr: float = 5e-5,
+        adam_eps: float = 1e-6,
+        gamma: float = 0.99,
+        evaluation_episodes: int = 10,
+        evaluation_batch_size: int | None = None,
+        evaluation_deterministic: bool = True,
+        evaluation_seed: int | None = None,
+        test_episodes: int = 100,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        # Validate everything cheap before any environment (even the probe) is built.
+        self.task = instantiate(task, Task, "task")
+        self.actor_model = instantiate(actor_model if actor_model is not None else Mlp(), ModelConfig, "actor_model")
+        self.critic_model = instantiate(critic_model if critic_model is not None else Mlp(), ModelConfig, "critic_model")
+        self.frames_per_batch = _positive_int("frames_per_batch", frames_per_batch)
+        self.num_envs = _positive_int("num_envs", num_envs)
+        if frames_per_batch % num_envs:
+            raise ConfigError(
+                f"frames_per_batch: {frames_per_batch} is not a multiple of num_envs={num_envs}; "
+                f"allowed: multiples such as {max(1, frames_per_batch // num_envs) * num_envs}"
+            )
+        self.max_frames = _positive_int("max_frames", max_frames)
+        self.lr = _positive_float("lr", lr)
+        self.adam_eps = _positive_float("adam_eps", adam_eps)
+        self.gamma = _unit_interval("gamma", gamma)
+        self.evaluation_episodes = _positive_int("evaluation_episodes", evaluation_episodes)
+        self.evaluation_batch_size = _positive_int(
+            "evaluation_batch_size", evaluation_batch_size if evaluation_batch_size is not None else evaluation_episodes
+        )
+        self.evaluation_deterministic = bool(evaluation_deterministic)
+        self.evaluation_seed = int(evaluation_seed) if evaluation_seed is not None else int(seed) + 10_000
+        self.test_episodes = _positive_int("test_episodes", test_episodes)
+        self.share_policy_params = bool(share_policy_params)
+        self.seed = int(seed)
+        self._check_action_space()
+        self._validate_args()
+
+        self.save_hyperparameters(ignore=["task", "actor_model", "critic_model"])
+        configs = {"task": self.task.to_config(), "actor_model": self.actor_model.to_config(),
+                   "critic_model": self.critic_model.to_config()}
+        self.hparams.update(configs)
+        self._hparams_initial.update(configs)
+
+        # Counters (saved in checkpoint["lit_marl"]).
+        self.frames = 0
+        self.iteration = 0
+
+        specs = self.task.specs
+        self.groups: list[str] = list(specs.group_map)
+        self.policies = nn.ModuleDict({g: self._build_policy(g) for g in self.groups})
+        critics = {g: self._build_critic(g) for g in self.groups}
+        self.critics = nn.ModuleDict({g: c for g, c in critics.items() if c is not None})
+        self.losses = nn.ModuleDict({g: self._build_loss(g) for g in self.groups})
+
+        # Runtime state: plain attributes (not submodules), rebuilt lazily.
+        self._sampler: Sampler | None = None
+        self._eval_envs: dict[int, EnvBase] = {}
+        self._restored: dict[str, Any] | None = None
+        self._epoch_metrics: dict[str, list[torch.Tensor]] = defaultdict(list)
+        self._eval_rollouts: list[TensorDictBase] = []
+        self._timer: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ checks
+    def _check_action_space(self) -> None:
+        continuous = self.task.continuous_actions
+        if continuous and not self.supports_continuous_actions:
+            raise ConfigError(
+                f"task.continuous_actions: {type(self).__name__} needs discrete actions, but the task "
+                f"{self.task.name} is continuous; allowed: continuous_actions=false, or an algorithm that "
+                f"supports continuous actions"
+            )
+        if not continuous and not self.supports_discrete_actions:
+            raise ConfigError(
+                f"task.continuous_actions: {type(self).__name__} needs continuous actions, but the task "
+                f"{self.task.name} is discrete; allowed: continuous_actions=true, or an algorithm that "
+                f"supports discrete actions"
+            )
+
+    def _validate_args(self) -> None:
+        """Subclasses validate their own arguments here (called before any env is built)."""
+
+    # ------------------------------------------------------------------ per-group hooks
+    @abstractmethod
+    def _build_policy(self, group: str) -> TensorDictModuleBase:
+        """The policy of ``group``: reads ``(group, "observation")``, writes ``(group, "action")``."""
+
+    def _build_critic(self, group: str) -> TensorDictModuleBase | None:
+        """The critic of ``group`` (None where the algorithm has none); built before the loss."""
+        return None
+
+    @abstractmethod
+    def _build_loss(self, group: str) -> nn.Module:
+        """The torchrl loss module of ``group``, with its keys set to the group's nested keys."""
+
+    @abstractmethod
+    def param_groups(self, group: str) -> dict[str, list[nn.Parameter]]:
+        """Parameters of ``group`` by role (``actor``, ``critic``…); each becomes a named optimizer group."""
+
+    def process_batch(self, batch: TensorDictBase) -> TensorDictBase:
+        """Called (without grad) on every collected batch before training; returns the batch."""
+        return batch
+
+    def loss(self, group: str, batch: TensorDictBase) -> TensorDictBase:
+        """Loss terms of ``group`` on a minibatch: every ``loss_*`` entry is summed into the objective,
+        every other scalar is logged. Override to add terms::
+
+            def loss(self, group, batch):
+                terms = super().loss(group, batch)
+                terms["loss_l2"] = 1e-4 * sum(p.square().sum() for p in self.policies[group].parameters())
+                return terms
+        """
+        return self.losses[group](batch)
+
+    def training_keys(self) -> list:
+        """Keys of a processed batch that training reads (the rest is dropped before minibatching)."""
+        keys: list = []
+        for group in self.groups:
+            keys.extend(self.losses[group].in_keys)
+        return list(dict.fromkeys(keys))
+
+    # ------------------------------------------------------------------ policies
+    @property
+    def policy(self) -> TensorDictSequential:
+        """All groups' policies as one module (reads observations, writes every group's action)."""
+        return TensorDictSequential(*[self.policies[g] for g in self.groups])
+
+    def policy_for_collection(self) -> TensorDictModuleBase:
+        """The policy stepped in the training envs (off-policy algorithms add exploration here)."""
+        return self.policy
+
+    # ------------------------------------------------------------------ Lightning: setup and data
+    @override
+    def setup(self, stage: str) -> None:
+        if self.trainer is None:
+            return
+        # Checkpoints written atomically unless the user chose their own CheckpointIO.
+        strategy = self.trainer.strategy
+        if type(strategy.checkpoint_io) is TorchCheckpointIO:
+            strategy.checkpoint_io = AtomicCheckpointIO()
+        ckpt_path = self.trainer.ckpt_path
+        if ckpt_path and str(ckpt_path) not in ("last", "best", "hpc", "registry"):
+            meta = read_checkpoint(ckpt_path)["lit_marl"]
+            check_compatible(meta, self.algorithm_name, self.task.to_config(), f"ckpt_path {str(ckpt_path)!r}")
+
+    @property
+    def rank(self) -> int:
+        return self.trainer.global_rank if self._trainer is not None else 0
+
+    def _get_sampler(self) -> Sampler:
+        if self._sampler is None:
+            self._sampler = Sampler(
+                self.task,
+                self.policy_for_collection(),
+                num_envs=self.num_envs,
+                frames_per_batch=self.frames_per_batch,
+                seed=self.seed,
+                rank=self.rank,
+                device=self.device,
+            )
+        return self._sampler
+
+    @override
+    def val_dataloader(self) -> EvaluationBatches:
+        return EvaluationBatches(self.evaluation_episodes, self.evaluation_batch_size, self.evaluation_seed)
+
+    @override
+    def test_dataloader(self) -> EvaluationBatches:
+        return EvaluationBatches(self.test_episodes, min(self.test_episodes, self.evaluation_batch_size),
+                                  self.evaluation_seed)
+
+    # ------------------------------------------------------------------ collection
+    def collect_batch(self) -> TensorDictBase:
+        """Collect one iteration's frames, update counters and collection metrics, call hooks."""
+        if self._restored is not None and "rng" in self._restored:
+            set_rng_state(self._restored.pop("rng"))
+        start = time.perf_counter()
+        self._timer = {"iteration_start": start}
+        batch = self._get_sampler().collect(self.iteration)
+        self.frames += batch.numel()
+        self._record("timers/collection_time", time.perf_counter() - start)
+        self._record_collection_metrics(batch)
+        call_marl_hook(self._trainer, self, "on_batch_collected", batch)
+        return batch
+
+    def mark_training_start(self) -> None:
+        self._timer["training_start"] = time.perf_counter()
+
+    def on_batch_collected(self, batch: TensorDictBase) -> None:
+        """Hook: called with every collected batch (override in a subclass)."""
+
+    def on_evaluation_end(self, episodes: list[TensorDictBase]) -> None:
+        """Hook: called with every evaluation's rollouts (override in a subclass)."""
+
+    def _record_collection_metrics(self, batch: TensorDictBase) -> None:
+        returns = []
+        for group in self.groups:
+            done = self._group_flag(batch.get("next"), group, "done")  # [*B, n_agents]
+            episode_reward = batch.get(("next", group, "episode_reward")).squeeze(-1)
+            finished = done.any(-1)
+            self._record(f"collection/{group}/reward/reward_mean", batch.get(("next", group, "reward")).mean())
+            if finished.any():
+                group_return = episode_reward[finished].mean()
+                returns.append(group_return)
+                self._record(f"collection/{group}/reward/episode_reward_mean", group_return)
+        if returns:
+            self._record("collection/reward/episode_reward_mean", torch.stack(returns).mean())
+
+    def _group_flag(self, td: TensorDictBase, group: str, key: str) -> torch.Tensor:
+        """A done/terminated flag per agent ``[*B, n_agents]``, expanded from the root if needed."""
+        n_agents = len(self.task.group_map[group])
+        flag = td.get((group, key), None)
+        if flag is None:
+            flag = td.get(key).expand(*td.batch_size, n_agents) if td.get(key).shape[-1] == 1 else td.get(key)
+            return flag
+        return flag.squeeze(-1) if flag.shape[-1] == 1 and flag.dim() > len(td.batch_size) + 1 else flag
+
+    # ------------------------------------------------------------------ training
+    @override
+    def training_step(self, batch: TensorDictBase, batch_idx: int) -> torch.Tensor:
+        total = None
+        for group in self.groups:
+            terms = self.loss(group, batch)
+            for name, value in terms.items():
+                if not isinstance(value, torch.Tensor) or value.numel() != 1:
+                    continue
+                self._record(f"train/{group}/{name}", value)
+                if name.startswith("loss_"):
+                    total = value if total is None else total + value
+        if total is None:
+            raise RuntimeError(f"{type(self).__name__}.loss returned no 'loss_*' term for any group")
+        return total
+
+    @override
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        groups = []
+        for group in self.groups:
+            for role, params in self.param_groups(group).items():
+                params = [p for p in params if p.requires_grad]
+                if params:
+                    groups.append({"params": params, "name": f"{group}/{role}"})
+        return torch.optim.Adam(groups, lr=self.lr, eps=self.adam_eps)
+
+    @override
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """Clip each parameter group (= each loss's parameters) on its own, as BenchMARL does, and log
+        the pre-clipping norm of each."""
+        for param_group in optimizer.param_groups:
+            params = [p for p in param_group["params"] if p.grad is not None]
+            if not params:
+                continue
+            if gradient_clip_val is not None and gradient_clip_algorithm == "value":
+                norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+                torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+            else:
+                max_norm = float("inf") if gradient_clip_val is None else float(gradient_clip_val)
+                norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+            self._record(f"train/{param_group['name']}/grad_norm", norm)
+
+    def _record(self, name: str, value: torch.Tensor | float) -> None:
+        """Accumulate a scalar; averaged and logged once per iteration (cheaper than self.log per step)."""
+        if isinstance(value, torch.Tensor):
+            value = value.detach()
+        self._epoch_metrics[name].append(torch.as_tensor(value, dtype=torch.float32))
+
+    @override
+    def on_train_start(self) -> None:
+        if self.frames >= self.max_frames:
+            rank_zero_info(f"lit-marl: frame budget max_frames={self.max_frames} already reached ({self.frames})")
+            self.trainer.should_stop = True
+
+    @override
+    def on_train_epoch_end(self) -> None:
+        now = time.perf_counter()
+        if "training_start" in self._timer:
+            self._record("timers/training_time", now - self._timer["training_start"])
+        if "iteration_start" in self._timer:
+            self._record("timers/iteration_time", now - self._timer["iteration_start"])
+        self.iteration += 1
+        metrics = {name: torch.stack(values).mean() for name, values in self._epoch_metrics.items()}
+        self._epoch_metrics.clear()
+        metrics["counters/frames"] = torch.tensor(float(self.frames))
+        metrics["counters/iteration"] = torch.tensor(float(self.iteration))
+        shown = {"counters/frames", "collection/reward/episode_reward_mean"}
+        for name, value in metrics.items():
+            self.log(name, value, on_step=False, on_epoch=True, prog_bar=name in shown, sync_dist=False)
+        if self.frames >= self.max_frames:
+            self.trainer.should_stop = True
+
+    # ------------------------------------------------------------------ evaluation
+    def _eval_env(self, num_envs: int) -> EnvBase:
+        if num_envs not in self._eval_envs:
+            with isolated_rng():
+                self._eval_envs[num_envs] = self.task.make_env(num_envs=num_envs, seed=self.evaluation_seed,
+                                                               device=self.device)
+        return self._eval_envs[num_envs]
+
+    def evaluate(self, seed: int, num_envs: int) -> TensorDictBase:
+        """Roll out ``num_envs`` seeded episodes; returns the rollout ``[num_envs, max_steps]`` with
+        ``("episode", "mask")`` marking the steps of each env's first episode (later steps never count)."""
+        env = self._eval_env(num_envs)
+        mode = ExplorationType.DETERMINISTIC if self.evaluation_deterministic else ExplorationType.RANDOM
+        with isolated_rng(seed), torch.no_grad(), set_exploration_type(mode):
+            env.set_seed(seed)
+            rollout = env.rollout(self.task.max_steps, policy=self.policy, auto_reset=True,
+                                  break_when_any_done=False)
+        done = torch.zeros(rollout.batch_size, dtype=torch.bool, device=rollout.device)
+        for key in env.done_keys:
+            flag = rollout.get(("next", *(key if isinstance(key, tuple) else (key,))))
+            done |= flag.reshape(*rollout.batch_size, -1).all(-1)
+        # a step is real if no done was reported before it (the done step itself counts)
+        ended_before = (done.cumsum(-1) - done.long()) > 0
+        rollout.set(("episode", "mask"), ~ended_before)
+        return rollout
+
+    def _evaluation_step(self, batch: dict[str, int], prefix: str) -> None:
+        start = time.perf_counter()
+        rollout = self.evaluate(int(batch["seed"]), int(batch["num_envs"]))
+        mask = rollout.get(("episode", "mask"))
+        n = int(batch["num_envs"])
+        returns = []
+        for group in self.groups:
+            reward = rollout.get(("next", group, "reward")).squeeze(-1)  # [E, T, n_agents]
+            per_agent = (reward * mask.unsqueeze(-1)).sum(1)              # [E, n_agents]
+            group_return = per_agent.mean(-1)
+            returns.append(group_return)
+            self.log(f"{prefix}/{group}/return", group_return.mean(), batch_size=n, sync_dist=True)
+        self.log(f"{prefix}/return", torch.stack(returns).mean(0).mean(), batch_size=n, sync_dist=True,
+                 prog_bar=prefix == "val")
+        self.log(f"{prefix}/episode_len", mask.sum(-1).float().mean(), batch_size=n, sync_dist=True)
+        self.log(f"timers/{prefix}_evaluation_time", time.perf_counter() - start, batch_size=n, reduce_fx="sum")
+        self._eval_rollouts.append(rollout)
+
+    @override
+    def validation_step(self, batch: dict[str, int], batch_idx: int) -> None:
+        self._evaluation_step(batch, "val")
+
+    @override
+    def test_step(self, batch: dict[str, int], batch_idx: int) -> None:
+        self._evaluation_step(batch, "test")
+
+    def _end_evaluation(self) -> None:
+        rollouts, self._eval_rollouts = self._eval_rollouts, []
+        call_marl_hook(self._trainer, self, "on_evaluation_end", rollouts)
+
+    @override
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:
+            self._eval_rollouts = []
+            return
+        self.log("counters/frames", float(self.frames), sync_dist=False)
+        self._end_evaluation()
+
+    @override
+    def on_test_epoch_end(self) -> None:
+        self._end_evaluation()
+
+    # ------------------------------------------------------------------ checkpoints
+    @override
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["lit_marl"] = {
+            "format_version": FORMAT_VERSION,
+            "lit_marl_version": __version__,
+            "algorithm": self.algorithm_name,
+            "task": self.task.to_config(),
+            "group_map": {g: list(a) for g, a in self.task.group_map.items()},
+            "frames": int(self.frames),
+            "iteration": int(self.iteration),
+            "rng": rng_state(),
+        }
+
+    @override
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        meta = checkpoint.get("lit_marl")
+        if meta is None:
+            raise ConfigError("checkpoint: not a lit-marl checkpoint (no 'lit_marl' entry)")
+        check_compatible(meta, self.algorithm_name, self.task.to_config(), "checkpoint")
+        self.frames = int(meta["frames"])
+        self.iteration = int(meta["iteration"])
+        # RNG state is applied right before the next collection (after the envs are built).
+        self._restored = dict(meta)
+
+    # ------------------------------------------------------------------ teardown
+    @override
+    def teardown(self, stage: str) -> None:
+        if self._sampler is not None:
+            self._sampler.close()
+            self._sampler = None
+        for env in self._eval_envs.values():
+            if not env.is_closed:
+                env.close()
+        self._eval_envs = {}
+
+
+class OnPolicyAlgorithm(MarlAlgorithm):
+    """Base of on-policy algorithms: each iteration trains ``n_minibatch_iters`` epochs of shuffled
+    minibatches of ``minibatch_size`` frames on the frames just collected, then discards them."""
+
+    on_policy: ClassVar[bool] = True
+    #: set by the subclass's ``__init__`` (before ``super().__init__``)
+    n_minibatch_iters: int
+    minibatch_size: int
+
+    @override
+    def _validate_args(self) -> None:
+        if self.minibatch_size > self.frames_per_batch:
+            raise ConfigError(
+                f"minibatch_size: {self.minibatch_size} is larger than frames_per_batch={self.frames_per_batch}; "
+                f"allowed: 1..{self.frames_per_batch}"
+            )
+
+    @property
+    def minibatches_per_iteration(self) -> int:
+        return self.n_minibatch_iters * (self.frames_per_batch // self.minibatch_size)
+
+    @override
+    def train_dataloader(self) -> Iterator[TensorDictBase]:
+        from lit_marl.data import OnPolicyData
+
+        return OnPolicyData(self)

@@ -1,0 +1,103 @@
+"""The ``lit-marl`` command: LightningCLI with algorithms and tasks in subclass mode.
+
+::
+
+    lit-marl fit --config configs/mappo_vmas_balance.yaml [--model.init_args.lr 1e-4] [--print_config]
+    lit-marl fit --config runs/<run>/config.yaml --ckpt_path runs/<run>/checkpoints/last.ckpt   # resume
+    lit-marl validate --config runs/<run>/config.yaml --ckpt_path runs/<run>/checkpoints/last.ckpt
+    lit-marl test --config runs/<run>/config.yaml --ckpt_path ...
+
+Every run writes into a new folder ``runs/<name>/version_<n>/`` (``config.yaml``, ``metrics.csv``,
+``checkpoints/``): nothing of an earlier run is overwritten.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningCLI
+from typing_extensions import override
+
+from lit_marl.algorithms.base import MarlAlgorithm
+from lit_marl.checkpoint import LIGHTNING_CKPT_ALIASES, check_compatible, read_checkpoint
+from lit_marl.envs.base import Task
+from lit_marl.errors import ConfigError
+from lit_marl.utils import instantiate
+
+TRAINER_DEFAULTS: dict[str, Any] = {
+    "max_epochs": -1,  # the frame budget (model.init_args.max_frames) ends training
+    "gradient_clip_val": 5.0,  # BenchMARL's clip_grad_val, applied per parameter group
+    "check_val_every_n_epoch": 20,  # 20 iterations × 6000 frames = BenchMARL's 120k-frame interval
+    "num_sanity_val_steps": 0,
+    "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "runs", "name": "lit-marl"}},
+}
+
+CHECKPOINT_DEFAULTS: dict[str, Any] = {
+    "checkpoint.every_n_epochs": 20,
+    "checkpoint.save_last": True,
+    "checkpoint.save_on_train_epoch_end": True,
+    # keep the `save_top_k` most recent checkpoints (the frame counter only grows)
+    "checkpoint.monitor": "counters/frames",
+    "checkpoint.mode": "max",
+    "checkpoint.save_top_k": 3,
+    "checkpoint.filename": "iter_{epoch:05d}",
+}
+
+
+def _seed_to_int(seed: Any) -> int:
+    if isinstance(seed, bool) or seed is None:
+        return 0
+    return int(seed)
+
+
+class LitMarlCLI(LightningCLI):
+    """LightningCLI for MARL algorithms (any :class:`MarlAlgorithm` subclass by class path)."""
+
+    def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
+        super().__init__(
+            MarlAlgorithm,
+            subclass_mode_model=True,
+            seed_everything_default=0,
+            trainer_defaults=TRAINER_DEFAULTS,
+            save_config_kwargs={"overwrite": False},
+            auto_configure_optimizers=False,
+            parser_kwargs={"parser_mode": "yaml"},
+            args=args,
+            run=run,
+        )
+
+    @override
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults(CHECKPOINT_DEFAULTS)
+        parser.link_arguments("seed_everything", "model.init_args.seed", compute_fn=_seed_to_int)
+
+    @override
+    def before_instantiate_classes(self) -> None:
+        """Check a ``--ckpt_path`` (exists, loads, same algorithm and task) before anything is built."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        ckpt_path = config.get("ckpt_path")
+        if not ckpt_path or str(ckpt_path) in LIGHTNING_CKPT_ALIASES:
+            return
+        meta = read_checkpoint(ckpt_path)["lit_marl"]
+        model = config["model"]
+        module_name, _, cls_name = str(model["class_path"]).rpartition(".")
+        algorithm = getattr(importlib.import_module(module_name), cls_name)
+        task = instantiate(model["init_args"]["task"].as_dict(), Task, "model.init_args.task")
+        check_compatible(meta, algorithm.algorithm_name, task.to_config(), f"ckpt_path {str(ckpt_path)!r}")
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry point of the ``lit-marl`` console script."""
+    try:
+        LitMarlCLI(args=args)
+    except ConfigError as err:
+        print(f"lit-marl: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

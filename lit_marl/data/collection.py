@@ -1,0 +1,66 @@
+"""Stepping environments with the current policy: one batch of frames per iteration."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from torchrl.collectors import Collector
+
+from lit_marl.envs.base import Task
+from lit_marl.utils import derived_seed, isolated_rng
+
+
+class Sampler:
+    """Owns the training envs and their torchrl :class:`~torchrl.collectors.Collector`.
+
+    Built lazily (on the module's device) and never a submodule of the LightningModule.
+    Whenever every episode ended on the last step of a batch (and at the very first batch, or
+    after a resume), the envs are reset from a seed derived from ``(seed, rank, iteration)``:
+    an interrupted run then restarts exactly where an uninterrupted one would continue.
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        policy: TensorDictModuleBase,
+        num_envs: int,
+        frames_per_batch: int,
+        seed: int,
+        rank: int = 0,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.task = task
+        self.seed = seed
+        self.rank = rank
+        with isolated_rng():
+            self.env = task.make_env(num_envs=num_envs, seed=seed, device=device)
+            self.collector = Collector(
+                self.env,
+                policy,
+                frames_per_batch=frames_per_batch,
+                total_frames=-1,
+                device=device,
+                auto_register_policy_transforms=False,
+            )
+        self._at_episode_boundary = True
+
+    def collect(self, iteration: int) -> TensorDictBase:
+        """One batch shaped ``[num_envs, frames_per_batch // num_envs]``."""
+        if self._at_episode_boundary:
+            with isolated_rng():
+                self.env.set_seed(derived_seed(self.seed, self.rank, iteration))
+                self.collector.reset()
+        batch = self.collector.next()
+        last = batch[..., -1]
+        self._at_episode_boundary = all(bool(last.get(("next", *_as_tuple(k))).all()) for k in self.env.done_keys)
+        return batch
+
+    def close(self) -> None:
+        self.collector.shutdown()
+        if not self.env.is_closed:
+            self.env.close()
+
+
+def _as_tuple(key) -> tuple:
+    return key if isinstance(key, tuple) else (key,)

@@ -1,0 +1,40 @@
+"""Training data of on-policy algorithms (DESIGN.md §2): one pass = one collection iteration."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import torch
+from tensordict import TensorDictBase
+
+if TYPE_CHECKING:
+    from lit_marl.algorithms.base import OnPolicyAlgorithm
+
+
+class OnPolicyData:
+    """Sized iterable: collect a batch, process it (e.g. GAE) without grad, then yield
+    ``n_minibatch_iters`` epochs of shuffled minibatches of ``minibatch_size`` frames.
+
+    The length lets Lightning know where the epoch ends, so it never prefetches (and so never
+    collects) ahead of the last update.
+    """
+
+    def __init__(self, algorithm: OnPolicyAlgorithm) -> None:
+        self.algorithm = algorithm
+
+    def __len__(self) -> int:
+        return self.algorithm.minibatches_per_iteration
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        algo = self.algorithm
+        batch = algo.collect_batch()
+        with torch.no_grad():
+            batch = algo.process_batch(batch)
+        batch = batch.select(*algo.training_keys(), strict=False).reshape(-1)
+        algo.mark_training_start()
+        n, size = batch.numel(), algo.minibatch_size
+        for _ in range(algo.n_minibatch_iters):
+            order = torch.randperm(n, device=batch.device)
+            for start in range(0, n - size + 1, size):
+                yield batch[order[start : start + size]]

@@ -1,0 +1,6 @@
+"""Tasks: benchmark environments as batched torchrl envs with grouped agents."""
+
+from lit_marl.envs.base import Task, TaskSpecs
+from lit_marl.envs.vmas import VMAS_SCENARIOS, VmasTask
+
+__all__ = ["Task", "TaskSpecs", "VmasTask", "VMAS_SCENARIOS"]

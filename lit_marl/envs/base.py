@@ -1,0 +1,112 @@
+"""The Task contract: how one benchmark task becomes torchrl environments.
+
+A Task knows a simulator and nothing about learning. Algorithms read its specs (built once from a
+cheap probe environment) to size their networks, and ask it for batched environments to collect
+and evaluate with.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+from torchrl.data import Composite, TensorSpec
+from torchrl.envs import EnvBase, RewardSum, TransformedEnv
+
+from lit_marl.utils import Configurable, isolated_rng
+
+
+@dataclass(frozen=True)
+class TaskSpecs:
+    """What an algorithm needs to know to build its networks (batch dimensions stripped)."""
+
+    group_map: dict[str, list[str]]
+    observation_spec: Composite
+    action_spec: Composite
+    reward_spec: Composite
+    done_spec: Composite
+    state_spec: Composite | None
+
+    def n_agents(self, group: str) -> int:
+        return len(self.group_map[group])
+
+    def group_action_spec(self, group: str) -> TensorSpec:
+        return self.action_spec[group, "action"]
+
+
+class Task(Configurable, ABC):
+    """One benchmark task (a scenario of a simulator with its settings).
+
+    Subclasses implement :meth:`_make_env` (a batched torchrl env, groups as nested keys) and say
+    whether actions are continuous. Everything else (specs, episode-return bookkeeping) is shared.
+    """
+
+    #: key of the global state at the root of the env's TensorDict, where the task has one
+    state_key: str | None = None
+    #: key under each group of a per-agent success flag, where the task defines success
+    success_key: str | None = None
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """``family/scenario``, used in run names and checkpoint compatibility checks."""
+
+    @property
+    @abstractmethod
+    def max_steps(self) -> int:
+        """Episode length limit (steps)."""
+
+    @property
+    @abstractmethod
+    def continuous_actions(self) -> bool:
+        """Whether the task is configured with continuous (True) or discrete (False) actions."""
+
+    @abstractmethod
+    def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
+        """A batched torchrl env with ``num_envs`` parallel episodes and grouped nested keys."""
+
+    def make_env(self, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu") -> EnvBase:
+        """The env wrapped with per-group episode-return tracking (``(group, "episode_reward")``)."""
+        env = self._make_env(num_envs=num_envs, seed=seed, device=device)
+        return TransformedEnv(env, RewardSum(in_keys=list(env.reward_keys), reset_keys=list(env.reset_keys)))
+
+    @cached_property
+    def specs(self) -> TaskSpecs:
+        """Specs read from a one-env probe, built on CPU without touching the caller's RNG."""
+        with isolated_rng():
+            env = self._make_env(num_envs=1, seed=0, device="cpu")
+            try:
+                batch = env.batch_size
+
+                def strip(spec: Composite) -> Composite:
+                    # drop the env batch dims so specs describe one environment
+                    return spec[(0,) * len(batch)] if len(batch) else spec
+
+                group_map = {g: list(agents) for g, agents in env.group_map.items()}
+                state_spec = None
+                if self.state_key is not None:
+                    state_spec = strip(env.observation_spec.select(self.state_key))
+                return TaskSpecs(
+                    group_map=group_map,
+                    observation_spec=strip(env.full_observation_spec.clone()),
+                    action_spec=strip(env.full_action_spec.clone()),
+                    reward_spec=strip(env.full_reward_spec.clone()),
+                    done_spec=strip(env.full_done_spec.clone()),
+                    state_spec=state_spec,
+                )
+            finally:
+                env.close()
+
+    @property
+    def group_map(self) -> dict[str, list[str]]:
+        return self.specs.group_map
+
+    @property
+    def has_state(self) -> bool:
+        return self.state_key is not None
+
+    def render(self, env: EnvBase, env_index: int = 0):
+        """An RGB frame (H, W, 3 uint8 array) of one sub-environment, for videos."""
+        raise NotImplementedError(f"{type(self).__name__} does not support rendering")

@@ -1,0 +1,97 @@
+"""VMAS tasks: vectorised multi-robot scenarios simulated in PyTorch (Bettini et al., 2022)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import vmas
+from torchrl.envs import EnvBase, VmasEnv
+from torchrl.envs.utils import MarlGroupMapType
+
+from lit_marl.envs.base import Task
+from lit_marl.errors import ConfigError
+
+_GROUP_MAP_TYPES = {
+    "all_in_one_group": MarlGroupMapType.ALL_IN_ONE_GROUP,
+    "one_group_per_agent": MarlGroupMapType.ONE_GROUP_PER_AGENT,
+}
+
+#: every scenario name VMAS ships (its main, MPE and debug collections)
+VMAS_SCENARIOS: tuple[str, ...] = tuple(sorted({*vmas.scenarios, *vmas.mpe_scenarios, *vmas.debug_scenarios}))
+
+
+class VmasTask(Task):
+    """A VMAS scenario with its settings.
+
+    Args:
+        scenario: VMAS scenario name, e.g. ``"balance"``, ``"navigation"``, ``"simple_tag"``.
+        max_steps: episode length; VMAS reports ``done`` when it is reached.
+        continuous_actions: continuous forces (True) or VMAS's discrete action set (False).
+        scenario_kwargs: the scenario's own parameters, e.g. ``{"n_agents": 4, "package_mass": 5}``.
+        agent_groups: how agents form groups (each group has its own networks and loss): ``None`` groups
+            agents by name prefix (``adversary_0`` → ``adversary``; VMAS's default), ``"all_in_one_group"``,
+            ``"one_group_per_agent"``, or an explicit ``{group: [agent names]}``.
+        **kwargs: more scenario parameters, merged into ``scenario_kwargs`` (Python convenience).
+
+    Examples:
+        >>> task = VmasTask("balance", max_steps=100, n_agents=4, package_mass=5)
+        >>> env = task.make_env(num_envs=8, seed=0)
+    """
+
+    def __init__(
+        self,
+        scenario: str = "balance",
+        max_steps: int = 100,
+        continuous_actions: bool = True,
+        scenario_kwargs: dict[str, Any] | None = None,
+        agent_groups: str | dict[str, list[str]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if scenario not in VMAS_SCENARIOS:
+            raise ConfigError(
+                f"task.scenario: unknown VMAS scenario {scenario!r}; allowed: {', '.join(VMAS_SCENARIOS)}"
+            )
+        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps <= 0:
+            raise ConfigError(f"task.max_steps: must be a positive integer, got {max_steps!r}")
+        if isinstance(agent_groups, str) and agent_groups not in _GROUP_MAP_TYPES:
+            raise ConfigError(
+                f"task.agent_groups: unknown grouping {agent_groups!r}; allowed: null, {', '.join(map(repr, _GROUP_MAP_TYPES))} "
+                f"or a mapping of group name to agent names"
+            )
+        self.agent_groups = agent_groups
+        self.scenario = scenario
+        self._max_steps = max_steps
+        self._continuous_actions = bool(continuous_actions)
+        self.scenario_kwargs = {**(scenario_kwargs or {}), **kwargs}
+
+    # Configurable reads init args back from attributes of the same name.
+    @property
+    def max_steps(self) -> int:
+        return self._max_steps
+
+    @property
+    def continuous_actions(self) -> bool:
+        return self._continuous_actions
+
+    @property
+    def name(self) -> str:
+        return f"vmas/{self.scenario}"
+
+    def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
+        return VmasEnv(
+            self.scenario,
+            num_envs=num_envs,
+            continuous_actions=self.continuous_actions,
+            max_steps=self.max_steps,
+            seed=seed,
+            device=device,
+            categorical_actions=True,
+            scenario_kwargs=dict(self.scenario_kwargs),
+            group_map=_GROUP_MAP_TYPES.get(self.agent_groups, self.agent_groups)
+            if isinstance(self.agent_groups, str) else self.agent_groups,
+        )
+
+    def render(self, env: EnvBase, env_index: int = 0):
+        base = env.base_env if hasattr(env, "base_env") else env
+        return base.render(mode="rgb_array", env_index=env_index, visualize_when_rgb=False)
