@@ -70,7 +70,10 @@ class Task(Configurable, ABC):
     def make_env(self, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu") -> EnvBase:
         """The env wrapped with per-group episode-return tracking (``(group, "episode_reward")``)."""
         env = self._make_env(num_envs=num_envs, seed=seed, device=device)
-        return TransformedEnv(env, RewardSum(in_keys=list(env.reward_keys), reset_keys=list(env.reset_keys)))
+        reward_keys, reset_keys = list(env.reward_keys), list(env.reset_keys)
+        if len(reset_keys) == 1:  # one root reset (VMAS) serves every group's reward
+            reset_keys = reset_keys * len(reward_keys)
+        return TransformedEnv(env, RewardSum(in_keys=reward_keys, reset_keys=reset_keys))
 
     @cached_property
     def specs(self) -> TaskSpecs:
