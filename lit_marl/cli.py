@@ -76,6 +76,16 @@ class LitMarlCLI(LightningCLI):
         parser.link_arguments("seed_everything", "model.init_args.seed", compute_fn=_seed_to_int)
 
     @override
+    def _parse_ckpt_path(self) -> None:
+        """Keep the config and command line as given when ``--ckpt_path`` is set.
+
+        LightningCLI would overwrite ``model`` with the hyper-parameters stored in the checkpoint, so a
+        resume could not extend ``max_frames`` or change evaluation settings. lit-marl instead checks
+        that the checkpoint belongs to the same algorithm and task (``before_instantiate_classes``) and
+        otherwise lets the command line win.
+        """
+
+    @override
     def before_instantiate_classes(self) -> None:
         """Check a ``--ckpt_path`` (exists, loads, same algorithm and task) before anything is built."""
         config = self.config[self.subcommand] if self.subcommand else self.config
@@ -94,9 +104,23 @@ def main(args: list[str] | None = None) -> None:
     """Entry point of the ``lit-marl`` console script."""
     try:
         LitMarlCLI(args=args)
-    except ConfigError as err:
-        print(f"lit-marl: error: {err}", file=sys.stderr)
+    except ValueError as err:
+        config_error = _find_config_error(err)
+        if config_error is None:
+            raise
+        print(f"lit-marl: error: {config_error}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def _find_config_error(err: BaseException | None) -> ConfigError | None:
+    """The ConfigError behind ``err`` (jsonargparse wraps errors raised while instantiating classes)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, ConfigError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,152 @@
+"""The ``lit-marl`` command: every config runs, --print_config round-trips, resume/validate work, and bad
+input stops with a message naming the field before anything is built or overwritten."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from lit_marl.cli import main
+from tests.conftest import CONFIGS
+
+#: keeps any config to a one-iteration run of a few seconds
+SHORT = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+         "--model.init_args.n_minibatch_iters", "1", "--trainer.check_val_every_n_epoch", "1"]
+
+
+def _fit(config, *extra):
+    main(["fit", "--config", str(config), *SHORT, *extra])
+
+
+def _run_dirs() -> list[Path]:
+    return sorted(p.parent for p in Path("runs").glob("*/version_*/config.yaml"))
+
+
+def _tiny_balance(path: Path) -> Path:
+    """configs/quickstart.yaml shrunk to 40 frames per iteration."""
+    config = yaml.safe_load((CONFIGS / "quickstart.yaml").read_text())
+    config["model"]["init_args"].update(frames_per_batch=40, num_envs=4, minibatch_size=20, max_frames=80,
+                                        evaluation_episodes=2)
+    config["model"]["init_args"]["task"]["init_args"]["max_steps"] = 10
+    config["checkpoint"]["every_n_epochs"] = 1
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in CONFIGS.glob("*.yaml")))
+def test_every_config_runs_one_iteration(config):
+    text = (CONFIGS / config).read_text()
+    frames = yaml.safe_load(text)["model"]["init_args"]["frames_per_batch"]
+    _fit(CONFIGS / config, "--model.init_args.max_frames", str(frames))
+    (run,) = _run_dirs()
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
+    assert max(float(r["counters/frames"]) for r in rows if r.get("counters/frames")) == frames
+    assert any(r.get("val/return") for r in rows)
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_print_config_round_trips(tmp_path, capsys):
+    config = _tiny_balance(tmp_path / "tiny.yaml")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(config), "--model.init_args.lr", "1e-4", "--print_config"])
+    assert exit_info.value.code in (0, None)
+    printed = capsys.readouterr().out
+    (tmp_path / "my.yaml").write_text(printed)
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(tmp_path / "my.yaml"), "--print_config"])
+    assert capsys.readouterr().out == printed
+    assert yaml.safe_load(printed)["model"]["init_args"]["lr"] == 1e-4
+    _fit(tmp_path / "my.yaml")
+    (run,) = _run_dirs()
+    saved = yaml.safe_load((run / "config.yaml").read_text())["model"]
+    expected = yaml.safe_load(printed)["model"]
+    expected["init_args"]["n_minibatch_iters"] = 1  # the SHORT override
+    assert saved == expected
+
+
+def test_resume_and_validate_from_a_run_folder(tmp_path):
+    config = _tiny_balance(tmp_path / "tiny.yaml")
+    _fit(config)  # 2 iterations
+    (first,) = _run_dirs()
+    _fit(first / "config.yaml", "--ckpt_path", str(first / "checkpoints" / "last.ckpt"),
+         "--model.init_args.max_frames", "160")
+    resumed = [d for d in _run_dirs() if d != first][0]
+    rows = list(csv.DictReader(open(resumed / "metrics.csv")))
+    frames = sorted({float(r["counters/frames"]) for r in rows if r.get("counters/frames")})
+    assert frames == [120.0, 160.0]  # continues at iteration 3, not from zero
+    assert torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=True)["lit_marl"]["iteration"] == 4
+
+    main(["validate", "--config", str(first / "config.yaml"), "--ckpt_path",
+          str(resumed / "checkpoints" / "last.ckpt"), "--trainer.enable_progress_bar", "false"])
+    validated = [d for d in _run_dirs() if d not in (first, resumed)][0]
+    rows = list(csv.DictReader(open(validated / "metrics.csv")))
+    assert any(r.get("val/return") for r in rows)
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def trained_run(tmp_path):
+    _fit(_tiny_balance(tmp_path / "tiny.yaml"))
+    (run,) = _run_dirs()
+    return run
+
+
+def _expect_error(capsys, args, *fragments):
+    before = _digest(Path("runs")) if Path("runs").exists() else {}
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+    after = _digest(Path("runs")) if Path("runs").exists() else {}
+    assert after == before, "a failed start wrote or changed files under runs/"
+
+
+@pytest.mark.parametrize(
+    ("override", "fragments"),
+    [
+        (["--model.init_args.task.init_args.scenario", "balanse"], ["task.scenario", "'balanse'", "balance"]),
+        (["--model.init_args.frames_per_batch", "6001"], ["frames_per_batch", "6001", "num_envs=60"]),
+        (["--model.init_args.minibatch_size", "7000"], ["minibatch_size", "7000", "1..6000"]),
+        (["--model.init_args.lr", "0"], ["lr", "0"]),
+        (["--model.init_args.lr", "-0.1"], ["lr", "-0.1"]),
+        (["--model.init_args.max_frames", "-5"], ["max_frames", "-5"]),
+    ],
+)
+def test_bad_config_names_field_value_and_allowed(capsys, override, fragments):
+    _expect_error(capsys, ["fit", "--config", str(CONFIGS / "quickstart.yaml"), *override], *fragments)
+
+
+def test_unknown_algorithm_is_refused(capsys):
+    _expect_error(capsys, ["fit", "--config", str(CONFIGS / "quickstart.yaml"),
+                           "--model.class_path", "lit_marl.algorithms.MAPO"], "MAPO")
+
+
+def test_missing_and_truncated_checkpoints_are_refused(capsys, trained_run, tmp_path):
+    config = trained_run / "config.yaml"
+    _expect_error(capsys, ["fit", "--config", str(config), "--ckpt_path", str(tmp_path / "nope.ckpt")],
+                  "ckpt_path", "nope.ckpt", "does not exist")
+    data = (trained_run / "checkpoints" / "last.ckpt").read_bytes()
+    truncated = tmp_path / "truncated.ckpt"
+    truncated.write_bytes(data[: len(data) // 2])
+    _expect_error(capsys, ["fit", "--config", str(config), "--ckpt_path", str(truncated)],
+                  "truncated.ckpt", "truncated or corrupt")
+
+
+def test_checkpoint_of_another_algorithm_or_task_is_refused(capsys, trained_run):
+    ckpt = str(trained_run / "checkpoints" / "last.ckpt")
+    config = str(trained_run / "config.yaml")
+    _expect_error(capsys, ["fit", "--config", config, "--ckpt_path", ckpt, "--model.class_path",
+                           "lit_marl.algorithms.IPPO"], "algorithm 'mappo'", "'ippo'")
+    _expect_error(capsys, ["validate", "--config", config, "--ckpt_path", ckpt,
+                           "--model.init_args.task.init_args.scenario_kwargs", "{n_agents: 3}"],
+                  "checkpoint is for task", "n_agents")
