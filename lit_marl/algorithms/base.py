@@ -414,20 +414,23 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         rollout.set(("episode", "mask"), ~ended_before)
         return rollout
 
+    def episode_returns(self, rollout: TensorDictBase) -> dict[str, torch.Tensor]:
+        """Return of each evaluated episode per group ``{group: [num_envs]}`` (mean over the group's
+        agents of the summed reward), counting only the real steps of ``evaluate``'s rollout."""
+        mask = rollout.get(("episode", "mask")).unsqueeze(-1)  # [E, T, 1]
+        return {g: (rollout.get(("next", g, "reward")).squeeze(-1) * mask).sum(1).mean(-1) for g in self.groups}
+
     def _evaluation_step(self, batch: dict[str, int], prefix: str) -> None:
         start = time.perf_counter()
         rollout = self.evaluate(int(batch["seed"]), int(batch["num_envs"]))
         mask = rollout.get(("episode", "mask"))
         n = int(batch["num_envs"])
-        returns = []
-        for group in self.groups:
-            reward = rollout.get(("next", group, "reward")).squeeze(-1)  # [E, T, n_agents]
-            per_agent = (reward * mask.unsqueeze(-1)).sum(1)              # [E, n_agents]
-            group_return = per_agent.mean(-1)
-            returns.append(group_return)
+        returns = self.episode_returns(rollout)
+        for group, group_return in returns.items():
             self.log(f"{prefix}/{group}/return", group_return.mean(), batch_size=n, sync_dist=True)
-        self.log(f"{prefix}/return", torch.stack(returns).mean(0).mean(), batch_size=n, sync_dist=True,
-                 prog_bar=prefix == "val")
+        # as BenchMARL's episode_reward_mean: the mean over groups of each group's mean return
+        mean_return = torch.stack(list(returns.values())).mean()
+        self.log(f"{prefix}/return", mean_return, batch_size=n, sync_dist=True, prog_bar=prefix == "val")
         self.log(f"{prefix}/episode_len", mask.sum(-1).float().mean(), batch_size=n, sync_dist=True)
         self.log(f"timers/{prefix}_evaluation_time", time.perf_counter() - start, batch_size=n, reduce_fx="sum")
         self._eval_rollouts.append(rollout)

@@ -1,0 +1,39 @@
+"""MAPPO learns: on VMAS balance the mean evaluation return rises by a stated margin in a short budget."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from lit_marl.algorithms import MAPPO
+from lit_marl.envs import VmasTask
+from lit_marl.models import Mlp
+
+#: Measured on this 2-core machine (seeds 0, 1, 2): untrained ≈ -2, -8.5, -1.6; after 84k frames ≈ 35, 20,
+#: 25. Each seed takes about 20 s.
+MARGIN = 15.0
+ITERATIONS = 14
+
+
+def _mean_return(model: MAPPO, episodes: int = 50) -> float:
+    rollout = model.evaluate(seed=12345, num_envs=episodes)
+    return torch.stack(list(model.episode_returns(rollout).values())).mean().item()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_mappo_raises_evaluation_return_on_balance(tmp_path, seed):
+    pl.seed_everything(seed)
+    task = VmasTask("balance", max_steps=100, n_agents=4, package_mass=5, random_package_pos_on_line=True)
+    model = MAPPO(task, actor_model=Mlp([64, 64]), critic_model=Mlp([64, 64]), frames_per_batch=6000,
+                  num_envs=60, n_minibatch_iters=10, minibatch_size=1000, lr=3e-4,
+                  max_frames=6000 * ITERATIONS, seed=seed)
+    before = _mean_return(model)
+    trainer = pl.Trainer(max_epochs=-1, gradient_clip_val=5.0, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                         default_root_dir=tmp_path)
+    trainer.fit(model)
+    after = _mean_return(model)
+    print(f"seed {seed}: mean evaluation return {before:.2f} -> {after:.2f} after {model.frames} frames")
+    assert model.frames == 6000 * ITERATIONS
+    assert after - before >= MARGIN, f"seed {seed}: return {before:.2f} -> {after:.2f}"
