@@ -31,7 +31,7 @@ class OnPolicyData:
         batch = algo.collect_batch()
         with torch.no_grad():
             batch = algo.process_batch(batch)
-        batch = batch.select(*algo.training_keys(), strict=False).reshape(-1)
+        batch = batch.select(*algo.training_keys(), strict=False).reshape(-1).to(algo.device)
         algo.mark_training_start()
         n, size = batch.numel(), algo.minibatch_size
         for _ in range(algo.n_minibatch_iters):
