@@ -23,7 +23,7 @@ def test_balance_specs_as_benchmarl_configures_it():
 def test_discrete_actions_and_two_groups():
     tag = VmasTask("simple_tag", max_steps=25, continuous_actions=False)
     assert tag.group_map == {"adversary": ["adversary_0", "adversary_1", "adversary_2"], "agent": ["agent_0"]}
-    assert tag.specs.group_action_spec("adversary").space.n == 5
+    assert tag.specs.group_action_spec("adversary").space.n == 9  # VMAS 1.5: 3 x 3 discrete moves
     assert VmasTask("simple_tag", agent_groups="one_group_per_agent").group_map["agent_0"] == ["agent_0"]
 
 
