@@ -77,13 +77,23 @@ def instantiate(value: Any, base: type[T], field: str) -> T:
     )
 
 
+def pack_numpy_rng(state: tuple) -> dict[str, Any]:
+    """``np.random.get_state()`` as tensors and numbers (no numpy objects in checkpoints)."""
+    kind, keys, pos, has_gauss, cached = state
+    return {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+            "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
+
+
+def unpack_numpy_rng(state: Mapping[str, Any]) -> tuple:
+    return (state["kind"], state["keys"].numpy().astype(np.uint32), state["pos"], state["has_gauss"],
+            state["cached_gaussian"])
+
+
 def rng_state() -> dict[str, Any]:
     """Global RNG state of torch, numpy and random as plain data (loads with ``weights_only=True``)."""
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "numpy": pack_numpy_rng(np.random.get_state()),
         "python": random.getstate(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -93,9 +103,7 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: Mapping[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    np_state = state["numpy"]
-    np.random.set_state((np_state["kind"], np_state["keys"].numpy().astype(np.uint32), np_state["pos"],
-                         np_state["has_gauss"], np_state["cached_gaussian"]))
+    np.random.set_state(unpack_numpy_rng(state["numpy"]))
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     if "cuda" in state and torch.cuda.is_available():

@@ -149,8 +149,11 @@ def test_callbacks_see_every_batch_and_every_evaluation(tmp_path):
 def test_evaluation_does_not_change_training(tmp_path):
     def train(check_val_every_n_epoch):
         pl.seed_everything(0)
-        # stochastic evaluation draws from the global RNG: it must not leak into training
-        model = MAPPO(tiny_task(), **tiny_kwargs(evaluation_deterministic=False))
+        # Stochastic evaluation draws from the global RNG, and seeding the evaluation env reseeds VMAS's
+        # own (process-wide) generator; balance ends episodes early, so training envs reset mid-batch
+        # from that generator. Neither may leak into training.
+        task = tiny_task("balance", max_steps=10, n_agents=2)
+        model = MAPPO(task, **tiny_kwargs(evaluation_deterministic=False, frames_per_batch=60))  # 15 steps: episodes in flight
         tiny_trainer(tmp_path, max_epochs=2, check_val_every_n_epoch=check_val_every_n_epoch).fit(model)
         return model.state_dict()
 

@@ -150,3 +150,19 @@ def test_checkpoint_of_another_algorithm_or_task_is_refused(capsys, trained_run)
     _expect_error(capsys, ["validate", "--config", config, "--ckpt_path", ckpt,
                            "--model.init_args.task.init_args.scenario_kwargs", "{n_agents: 3}"],
                   "checkpoint is for task", "n_agents")
+
+
+def test_tensorboard_logger_when_asked(tmp_path):
+    _fit(_tiny_balance(tmp_path / "tiny.yaml"), "--trainer.logger", "lightning.pytorch.loggers.TensorBoardLogger",
+         "--trainer.logger.save_dir", "runs", "--trainer.logger.name", "tb")
+    events = list(Path("runs/tb").glob("version_0/events.out.tfevents.*"))
+    assert events and (Path("runs/tb/version_0/checkpoints/last.ckpt")).is_file()
+
+
+def test_test_subcommand_evaluates_a_checkpoint(trained_run, capsys):
+    main(["test", "--config", str(trained_run / "config.yaml"), "--ckpt_path",
+          str(trained_run / "checkpoints" / "last.ckpt"), "--model.init_args.test_episodes", "6",
+          "--trainer.enable_progress_bar", "false"])
+    tested = [d for d in _run_dirs() if d != trained_run][0]
+    rows = [r for r in csv.DictReader(open(tested / "metrics.csv")) if r.get("test/return")]
+    assert len(rows) == 1 and float(rows[0]["test/episode_len"]) == 10.0

@@ -40,7 +40,7 @@ from lit_marl.checkpoint import FORMAT_VERSION, AtomicCheckpointIO, check_compat
 from lit_marl.data import EvaluationBatches, Sampler
 from lit_marl.envs.base import Task
 from lit_marl.models import ModelConfig, Mlp
-from lit_marl.utils import instantiate, isolated_rng, rng_state, set_rng_state
+from lit_marl.utils import instantiate, rng_state, set_rng_state
 from lit_marl.errors import ConfigError
 
 
@@ -410,7 +410,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
     # ------------------------------------------------------------------ evaluation
     def _eval_env(self, num_envs: int) -> EnvBase:
         if num_envs not in self._eval_envs:
-            with isolated_rng():
+            with self.task.isolated_rng():
                 self._eval_envs[num_envs] = self.task.make_env(num_envs=num_envs, seed=self.evaluation_seed,
                                                                device=self.device)
         return self._eval_envs[num_envs]
@@ -420,7 +420,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         ``("episode", "mask")`` marking the steps of each env's first episode (later steps never count)."""
         env = self._eval_env(num_envs)
         mode = ExplorationType.DETERMINISTIC if self.evaluation_deterministic else ExplorationType.RANDOM
-        with isolated_rng(seed), torch.no_grad(), set_exploration_type(mode):
+        with self.task.isolated_rng(seed), torch.no_grad(), set_exploration_type(mode):
             env.set_seed(seed)
             rollout = env.rollout(self.task.max_steps, policy=self.policy, auto_reset=True,
                                   break_when_any_done=False)

@@ -33,7 +33,7 @@ class Sampler:
         self.task = task
         self.seed = seed
         self.rank = rank
-        with isolated_rng():
+        with task.isolated_rng():
             self.env = task.make_env(num_envs=num_envs, seed=seed, device=device)
             self.collector = Collector(
                 self.env,
@@ -48,6 +48,8 @@ class Sampler:
     def collect(self, iteration: int) -> TensorDictBase:
         """One batch shaped ``[num_envs, frames_per_batch // num_envs]``."""
         if self._at_episode_boundary:
+            # isolated, so the reset seed does not change the policy's sampling stream; the simulator's
+            # own generator deliberately continues from this seed for the rest of the iteration
             with isolated_rng():
                 self.env.set_seed(derived_seed(self.seed, self.rank, iteration))
                 self.collector.reset()

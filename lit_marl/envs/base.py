@@ -7,9 +7,12 @@ and evaluate with.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import torch
 from torchrl.data import Composite, TensorSpec
@@ -75,10 +78,30 @@ class Task(Configurable, ABC):
             reset_keys = reset_keys * len(reward_keys)
         return TransformedEnv(env, RewardSum(in_keys=reward_keys, reset_keys=reset_keys))
 
+    def simulator_rng_state(self) -> Any:
+        """State of random generators the simulator keeps outside torch/numpy/random's global ones
+        (plain data for checkpoints); ``None`` where it has none."""
+        return None
+
+    def set_simulator_rng_state(self, state: Any) -> None:
+        """Restore what :meth:`simulator_rng_state` returned."""
+
+    @contextlib.contextmanager
+    def isolated_rng(self, seed: int | None = None) -> Iterator[None]:
+        """Like :func:`lit_marl.utils.isolated_rng`, and the simulator's own generators are restored too:
+        seeding an evaluation env must not change what the training envs draw next."""
+        simulator_state = self.simulator_rng_state()
+        try:
+            with isolated_rng(seed):
+                yield
+        finally:
+            if simulator_state is not None:
+                self.set_simulator_rng_state(simulator_state)
+
     @cached_property
     def specs(self) -> TaskSpecs:
         """Specs read from a one-env probe, built on CPU without touching the caller's RNG."""
-        with isolated_rng():
+        with self.isolated_rng():
             env = self._make_env(num_envs=1, seed=0, device="cpu")
             try:
                 batch = env.batch_size

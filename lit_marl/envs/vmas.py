@@ -10,12 +10,17 @@ from torchrl.envs import EnvBase, VmasEnv
 from torchrl.envs.utils import MarlGroupMapType
 
 from lit_marl.envs.base import Task
+from lit_marl.utils import pack_numpy_rng, unpack_numpy_rng
 from lit_marl.errors import ConfigError
 
 _GROUP_MAP_TYPES = {
     "all_in_one_group": MarlGroupMapType.ALL_IN_ONE_GROUP,
     "one_group_per_agent": MarlGroupMapType.ONE_GROUP_PER_AGENT,
 }
+
+def _vmas_random_state() -> list:
+    return vmas.simulator.environment.environment.Environment.vmas_random_state
+
 
 #: every scenario name VMAS ships (its main, MPE and debug collections)
 VMAS_SCENARIOS: tuple[str, ...] = tuple(sorted({*vmas.scenarios, *vmas.mpe_scenarios, *vmas.debug_scenarios}))
@@ -91,6 +96,17 @@ class VmasTask(Task):
             group_map=_GROUP_MAP_TYPES.get(self.agent_groups, self.agent_groups)
             if isinstance(self.agent_groups, str) else self.agent_groups,
         )
+
+    def simulator_rng_state(self) -> dict[str, Any]:
+        # VMAS draws from one process-wide generator state kept on its Environment class (shared by
+        # every VMAS env, training and evaluation alike) and swapped in around each call.
+        torch_state, np_state, py_state = _vmas_random_state()
+        return {"torch": torch_state.clone(), "numpy": pack_numpy_rng(np_state), "python": py_state}
+
+    def set_simulator_rng_state(self, state: dict[str, Any]) -> None:
+        shared = _vmas_random_state()
+        version, internal, gauss = state["python"]
+        shared[:] = [state["torch"].clone(), unpack_numpy_rng(state["numpy"]), (version, tuple(internal), gauss)]
 
     def render(self, env: EnvBase, env_index: int = 0):
         base = env.base_env if hasattr(env, "base_env") else env
