@@ -1,4 +1,13 @@
-"""Errors lit-marl raises for bad input; the CLI prints them without a traceback (exit code 2)."""
+"""Errors lit-marl raises for bad input, and the checks that raise them.
+
+The CLI prints a :class:`ConfigError` without a traceback and exits with code 2. Every message names
+the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
 
 
 class ConfigError(ValueError):
@@ -7,3 +16,31 @@ class ConfigError(ValueError):
 
 class CheckpointError(ConfigError):
     """A checkpoint that cannot be used (missing, truncated, or from another algorithm or task)."""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def positive_int(field: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{field}: must be a positive integer, got {value!r}")
+    return value
+
+
+def positive_float(field: str, value: Any) -> float:
+    if not _is_number(value) or value <= 0:
+        raise ConfigError(f"{field}: must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def non_negative_float(field: str, value: Any) -> float:
+    if not _is_number(value) or value < 0:
+        raise ConfigError(f"{field}: must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def unit_interval(field: str, value: Any) -> float:
+    if not _is_number(value) or not 0 <= value <= 1:
+        raise ConfigError(f"{field}: must be a number in [0, 1], got {value!r}")
+    return float(value)

@@ -15,11 +15,9 @@ Per-group hooks a subclass overrides (BenchMARL's decomposition):
 
 from __future__ import annotations
 
-import math
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import lightning.pytorch as pl
@@ -37,29 +35,11 @@ from typing_extensions import override
 from lit_marl import __version__
 from lit_marl.callbacks import call_marl_hook
 from lit_marl.checkpoint import FORMAT_VERSION, AtomicCheckpointIO, check_compatible, read_checkpoint
-from lit_marl.data import EvaluationBatches, Sampler
+from lit_marl.data import EvaluationBatches, OnPolicyData, Sampler
 from lit_marl.envs.base import Task
 from lit_marl.models import ModelConfig, Mlp
+from lit_marl.errors import ConfigError, positive_float, positive_int, unit_interval
 from lit_marl.utils import instantiate, rng_state, set_rng_state
-from lit_marl.errors import ConfigError
-
-
-def _positive_int(field: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"{field}: must be a positive integer, got {value!r}")
-    return value
-
-
-def _positive_float(field: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{field}: must be a positive finite number, got {value!r}")
-    return float(value)
-
-
-def _unit_interval(field: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ConfigError(f"{field}: must be a number in [0, 1], got {value!r}")
-    return float(value)
 
 
 class MarlAlgorithm(pl.LightningModule, ABC):
@@ -115,24 +95,24 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         self.task = instantiate(task, Task, "task")
         self.actor_model = instantiate(actor_model if actor_model is not None else Mlp(), ModelConfig, "actor_model")
         self.critic_model = instantiate(critic_model if critic_model is not None else Mlp(), ModelConfig, "critic_model")
-        self.frames_per_batch = _positive_int("frames_per_batch", frames_per_batch)
-        self.num_envs = _positive_int("num_envs", num_envs)
+        self.frames_per_batch = positive_int("frames_per_batch", frames_per_batch)
+        self.num_envs = positive_int("num_envs", num_envs)
         if frames_per_batch % num_envs:
             raise ConfigError(
                 f"frames_per_batch: {frames_per_batch} is not a multiple of num_envs={num_envs}; "
                 f"allowed: multiples such as {max(1, frames_per_batch // num_envs) * num_envs}"
             )
-        self.max_frames = _positive_int("max_frames", max_frames)
-        self.lr = _positive_float("lr", lr)
-        self.adam_eps = _positive_float("adam_eps", adam_eps)
-        self.gamma = _unit_interval("gamma", gamma)
-        self.evaluation_episodes = _positive_int("evaluation_episodes", evaluation_episodes)
-        self.evaluation_batch_size = _positive_int(
+        self.max_frames = positive_int("max_frames", max_frames)
+        self.lr = positive_float("lr", lr)
+        self.adam_eps = positive_float("adam_eps", adam_eps)
+        self.gamma = unit_interval("gamma", gamma)
+        self.evaluation_episodes = positive_int("evaluation_episodes", evaluation_episodes)
+        self.evaluation_batch_size = positive_int(
             "evaluation_batch_size", evaluation_batch_size if evaluation_batch_size is not None else evaluation_episodes
         )
         self.evaluation_deterministic = bool(evaluation_deterministic)
         self.evaluation_seed = int(evaluation_seed) if evaluation_seed is not None else int(seed) + 10_000
-        self.test_episodes = _positive_int("test_episodes", test_episodes)
+        self.test_episodes = positive_int("test_episodes", test_episodes)
         self.share_policy_params = bool(share_policy_params)
         self.seed = int(seed)
         self._check_action_space()
@@ -313,27 +293,21 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         """Hook: called with every evaluation's rollouts (override in a subclass)."""
 
     def _record_collection_metrics(self, batch: TensorDictBase) -> None:
+        """Mean return of the episodes that ended in this batch, per group and over groups."""
+        nxt = batch.get("next")
         returns = []
         for group in self.groups:
-            done = self._group_flag(batch.get("next"), group, "done")  # [*B, n_agents]
-            episode_reward = batch.get(("next", group, "episode_reward")).squeeze(-1)
-            finished = done.any(-1)
-            self._record(f"collection/{group}/reward/reward_mean", batch.get(("next", group, "reward")).mean())
+            done = nxt.get((group, "done"), None)
+            if done is None:  # VMAS reports done once for all agents, at the root
+                done = nxt.get("done")
+            finished = done.reshape(*batch.batch_size, -1).any(-1)  # [*B]
+            self._record(f"collection/{group}/reward/reward_mean", nxt.get((group, "reward")).mean())
             if finished.any():
-                group_return = episode_reward[finished].mean()
-                returns.append(group_return)
-                self._record(f"collection/{group}/reward/episode_reward_mean", group_return)
+                episode_reward = nxt.get((group, "episode_reward")).reshape(*batch.batch_size, -1).mean(-1)
+                returns.append(episode_reward[finished].mean())
+                self._record(f"collection/{group}/reward/episode_reward_mean", returns[-1])
         if returns:
             self._record("collection/reward/episode_reward_mean", torch.stack(returns).mean())
-
-    def _group_flag(self, td: TensorDictBase, group: str, key: str) -> torch.Tensor:
-        """A done/terminated flag per agent ``[*B, n_agents]``, expanded from the root if needed."""
-        n_agents = len(self.task.group_map[group])
-        flag = td.get((group, key), None)
-        if flag is None:
-            flag = td.get(key).expand(*td.batch_size, n_agents) if td.get(key).shape[-1] == 1 else td.get(key)
-            return flag
-        return flag.squeeze(-1) if flag.shape[-1] == 1 and flag.dim() > len(td.batch_size) + 1 else flag
 
     # ------------------------------------------------------------------ training
     @override
@@ -537,7 +511,5 @@ class OnPolicyAlgorithm(MarlAlgorithm):
         return self.n_minibatch_iters * (self.frames_per_batch // self.minibatch_size)
 
     @override
-    def train_dataloader(self) -> Iterator[TensorDictBase]:
-        from lit_marl.data import OnPolicyData
-
+    def train_dataloader(self) -> OnPolicyData:
         return OnPolicyData(self)

@@ -18,10 +18,10 @@ from torchrl.modules import IndependentNormal, ProbabilisticActor, TanhNormal
 from torchrl.objectives import ClipPPOLoss, ValueEstimators
 from typing_extensions import override
 
-from lit_marl.algorithms.base import OnPolicyAlgorithm, _positive_float, _positive_int, _unit_interval
+from lit_marl.algorithms.base import OnPolicyAlgorithm
 from lit_marl.envs.base import Task
 from lit_marl.models import ModelConfig
-from lit_marl.errors import ConfigError
+from lit_marl.errors import ConfigError, non_negative_float, positive_float, positive_int, unit_interval
 
 
 class _StateCritic(nn.Module):
@@ -89,17 +89,13 @@ class PPO(OnPolicyAlgorithm):
         test_episodes: int = 100,
         seed: int = 0,
     ) -> None:
-        self.n_minibatch_iters = _positive_int("n_minibatch_iters", n_minibatch_iters)
-        self.minibatch_size = _positive_int("minibatch_size", minibatch_size)
+        self.n_minibatch_iters = positive_int("n_minibatch_iters", n_minibatch_iters)
+        self.minibatch_size = positive_int("minibatch_size", minibatch_size)
         self.share_param_critic = bool(share_param_critic)
-        self.lmbda = _unit_interval("lmbda", lmbda)
-        self.clip_epsilon = _positive_float("clip_epsilon", clip_epsilon)
-        if isinstance(entropy_coef, bool) or not isinstance(entropy_coef, (int, float)) or entropy_coef < 0:
-            raise ConfigError(f"entropy_coef: must be a number >= 0, got {entropy_coef!r}")
-        self.entropy_coef = float(entropy_coef)
-        if isinstance(critic_coef, bool) or not isinstance(critic_coef, (int, float)) or critic_coef < 0:
-            raise ConfigError(f"critic_coef: must be a number >= 0, got {critic_coef!r}")
-        self.critic_coef = float(critic_coef)
+        self.lmbda = unit_interval("lmbda", lmbda)
+        self.clip_epsilon = positive_float("clip_epsilon", clip_epsilon)
+        self.entropy_coef = non_negative_float("entropy_coef", entropy_coef)
+        self.critic_coef = non_negative_float("critic_coef", critic_coef)
         if loss_critic_type not in ("l2", "l1", "smooth_l1"):
             raise ConfigError(f"loss_critic_type: {loss_critic_type!r} is not one of 'l2', 'l1', 'smooth_l1'")
         self.loss_critic_type = loss_critic_type

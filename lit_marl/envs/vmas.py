@@ -11,7 +11,7 @@ from torchrl.envs.utils import MarlGroupMapType
 
 from lit_marl.envs.base import Task
 from lit_marl.utils import pack_numpy_rng, unpack_numpy_rng
-from lit_marl.errors import ConfigError
+from lit_marl.errors import ConfigError, positive_int
 
 _GROUP_MAP_TYPES = {
     "all_in_one_group": MarlGroupMapType.ALL_IN_ONE_GROUP,
@@ -57,8 +57,7 @@ class VmasTask(Task):
             raise ConfigError(
                 f"task.scenario: unknown VMAS scenario {scenario!r}; allowed: {', '.join(VMAS_SCENARIOS)}"
             )
-        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps <= 0:
-            raise ConfigError(f"task.max_steps: must be a positive integer, got {max_steps!r}")
+        positive_int("task.max_steps", max_steps)
         if isinstance(agent_groups, str) and agent_groups not in _GROUP_MAP_TYPES:
             raise ConfigError(
                 f"task.agent_groups: unknown grouping {agent_groups!r}; allowed: null, {', '.join(map(repr, _GROUP_MAP_TYPES))} "
