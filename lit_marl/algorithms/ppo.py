@@ -165,7 +165,7 @@ class PPO(OnPolicyAlgorithm):
         specs = self.task.specs
         n_agents = specs.n_agents(group)
         if self.centralised_critic and self.task.has_state:
-            state_shape = specs.state_spec[self.task.state_key].shape
+            state_shape = specs.state_spec.shape
             net = _StateCritic(self.critic_model.build_single(state_shape.numel(), n_agents), len(state_shape))
             return TensorDictModule(net, in_keys=[self.task.state_key], out_keys=[(group, "state_value")])
         obs_dim = specs.observation_spec[group, "observation"].shape[-1]

@@ -30,7 +30,7 @@ class TaskSpecs:
     action_spec: Composite
     reward_spec: Composite
     done_spec: Composite
-    state_spec: Composite | None
+    state_spec: TensorSpec | None
 
     def n_agents(self, group: str) -> int:
         return len(self.group_map[group])
@@ -111,16 +111,14 @@ class Task(Configurable, ABC):
                     return spec[(0,) * len(batch)] if len(batch) else spec
 
                 group_map = {g: list(agents) for g, agents in env.group_map.items()}
-                state_spec = None
-                if self.state_key is not None:
-                    state_spec = strip(env.observation_spec.select(self.state_key))
+                observation_spec = strip(env.full_observation_spec.clone())
                 return TaskSpecs(
                     group_map=group_map,
-                    observation_spec=strip(env.full_observation_spec.clone()),
+                    observation_spec=observation_spec,
                     action_spec=strip(env.full_action_spec.clone()),
                     reward_spec=strip(env.full_reward_spec.clone()),
                     done_spec=strip(env.full_done_spec.clone()),
-                    state_spec=state_spec,
+                    state_spec=observation_spec[self.state_key] if self.state_key is not None else None,
                 )
             finally:
                 env.close()
