@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -98,6 +99,19 @@ class LitMarlCLI(LightningCLI):
         algorithm = getattr(importlib.import_module(module_name), cls_name)
         task = instantiate(model["init_args"]["task"].as_dict(), Task, "model.init_args.task")
         check_compatible(meta, algorithm.algorithm_name, task.to_config(), f"ckpt_path {str(ckpt_path)!r}")
+
+    def _refuse_used_run_folder(self) -> None:
+        """Refuse a run folder that already holds files, before the Trainer starts: once started, even a
+        failed run makes Lightning's CSV logger delete the folder's metrics.csv."""
+        log_dir = self.trainer.log_dir
+        if log_dir is not None and Path(log_dir).is_dir() and any(Path(log_dir).iterdir()):
+            raise ConfigError(
+                f"trainer.logger: the run folder {log_dir!r} already holds a run; nothing was written. Allowed: "
+                f"leave trainer.logger.init_args.version unset (a new version_<n> folder) or choose another "
+                f"trainer.logger.init_args.name"
+            )
+
+    before_fit = before_validate = before_test = _refuse_used_run_folder
 
 
 def main(args: list[str] | None = None) -> None:

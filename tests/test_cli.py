@@ -166,3 +166,10 @@ def test_test_subcommand_evaluates_a_checkpoint(trained_run, capsys):
     tested = [d for d in _run_dirs() if d != trained_run][0]
     rows = [r for r in csv.DictReader(open(tested / "metrics.csv")) if r.get("test/return")]
     assert len(rows) == 1 and float(rows[0]["test/episode_len"]) == 10.0
+
+
+def test_a_run_folder_that_holds_a_run_is_refused(capsys, trained_run):
+    version = trained_run.name.split("_")[1]
+    _expect_error(capsys, ["fit", "--config", str(trained_run / "config.yaml"), *SHORT,
+                           "--trainer.logger.init_args.version", version],
+                  "trainer.logger", "already holds a run", "nothing was written")
