@@ -44,7 +44,8 @@ CHECKPOINT_DEFAULTS: dict[str, Any] = {
     "checkpoint.monitor": "counters/frames",
     "checkpoint.mode": "max",
     "checkpoint.save_top_k": 3,
-    "checkpoint.filename": "iter_{epoch:05d}",
+    "checkpoint.filename": "frames_{counters/frames:09.0f}",  # e.g. frames_000120000.ckpt
+    "checkpoint.auto_insert_metric_name": False,
 }
 
 

@@ -73,6 +73,8 @@ def test_resume_and_validate_from_a_run_folder(tmp_path):
     config = _tiny_balance(tmp_path / "tiny.yaml")
     _fit(config)  # 2 iterations
     (first,) = _run_dirs()
+    names = sorted(p.name for p in (first / "checkpoints").iterdir())
+    assert names == ["frames_000000040.ckpt", "frames_000000080.ckpt", "last.ckpt"]
     _fit(first / "config.yaml", "--ckpt_path", str(first / "checkpoints" / "last.ckpt"),
          "--model.init_args.max_frames", "160")
     resumed = [d for d in _run_dirs() if d != first][0]
