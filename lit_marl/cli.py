@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,8 @@ class LitMarlCLI(LightningCLI):
 
 def main(args: list[str] | None = None) -> None:
     """Entry point of the ``lit-marl`` console script."""
+    # Lightning 2.6 on torch 2.13 warns about its own pytree use at every fit; nothing a user can act on.
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     try:
         LitMarlCLI(args=args)
     except ValueError as err:

@@ -67,7 +67,8 @@ class MarlAlgorithm(pl.LightningModule, ABC):
 
     #: name written into checkpoints; a checkpoint only loads into the same algorithm
     algorithm_name: ClassVar[str] = ""
-    on_policy: ClassVar[bool] = True
+    #: trains on the frames just collected (True) or on a replay buffer (False)
+    on_policy: ClassVar[bool] = False
     supports_continuous_actions: ClassVar[bool] = True
     supports_discrete_actions: ClassVar[bool] = True
 
