@@ -1,6 +1,9 @@
 """Algorithms: one LightningModule per algorithm, one file per family."""
 
 from lit_marl.algorithms.base import MarlAlgorithm, OnPolicyAlgorithm
+from lit_marl.algorithms.ddpg import DDPG, IDDPG, MADDPG
+from lit_marl.algorithms.off_policy import OffPolicyAlgorithm
 from lit_marl.algorithms.ppo import IPPO, MAPPO, PPO
 
-__all__ = ["MarlAlgorithm", "OnPolicyAlgorithm", "PPO", "MAPPO", "IPPO"]
+__all__ = ["MarlAlgorithm", "OnPolicyAlgorithm", "OffPolicyAlgorithm", "PPO", "MAPPO", "IPPO", "DDPG",
+           "MADDPG", "IDDPG"]

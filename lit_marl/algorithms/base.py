@@ -181,7 +181,18 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         """Parameters of ``group`` by role (``actor``, ``critic``…); each becomes a named optimizer group."""
 
     def process_batch(self, batch: TensorDictBase) -> TensorDictBase:
-        """Called (without grad) on every collected batch before training; returns the batch."""
+        """Called (without grad) on every collected batch before training; returns the batch.
+
+        The base version gives every group its own ``("next", group, "done"|"terminated")`` of shape
+        ``[*B, n_agents, 1]``, expanded from the root where the task reports them once (VMAS): torchrl's
+        value estimators need them beside the group's reward.
+        """
+        nxt = batch.get("next")
+        for group in self.groups:
+            reward_shape = nxt.get((group, "reward")).shape
+            for key in ("done", "terminated"):
+                if (group, key) not in nxt.keys(include_nested=True):
+                    nxt.set((group, key), nxt.get(key).unsqueeze(-2).expand(reward_shape))
         return batch
 
     def loss(self, group: str, batch: TensorDictBase) -> TensorDictBase:
@@ -194,6 +205,10 @@ class MarlAlgorithm(pl.LightningModule, ABC):
                 return terms
         """
         return self.losses[group](batch)
+
+    def group_batch(self, batch: TensorDictBase, group: str) -> TensorDictBase:
+        """The part of a training minibatch that ``group``'s loss reads (on-policy: all of it)."""
+        return batch
 
     def training_keys(self) -> list:
         """Keys of a processed batch that training reads (the rest is dropped before minibatching)."""
@@ -315,7 +330,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
     def training_step(self, batch: TensorDictBase, batch_idx: int) -> torch.Tensor:
         total = None
         for group in self.groups:
-            terms = self.loss(group, batch)
+            terms = self.loss(group, self.group_batch(batch, group))
             for name, value in terms.items():
                 if not isinstance(value, torch.Tensor) or value.numel() != 1:
                     continue

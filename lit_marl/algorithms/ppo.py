@@ -205,13 +205,9 @@ class PPO(OnPolicyAlgorithm):
     # ------------------------------------------------------------------ data
     @override
     def process_batch(self, batch: TensorDictBase) -> TensorDictBase:
-        """Expand root done/terminated flags to each group's agents, then compute GAE advantages."""
-        nxt = batch.get("next")
+        """Per-group done flags (see the base class), then GAE advantages and value targets."""
+        batch = super().process_batch(batch)
         for group in self.groups:
-            reward_shape = nxt.get((group, "reward")).shape
-            for key in ("done", "terminated"):
-                if (group, key) not in nxt.keys(include_nested=True):
-                    nxt.set((group, key), nxt.get(key).unsqueeze(-2).expand(reward_shape))
             loss = self.losses[group]
             loss.value_estimator(batch, params=loss.critic_network_params,
                                  target_params=loss.target_critic_network_params)

@@ -1,0 +1,200 @@
+"""Deterministic policy gradients for multi-agent groups: MADDPG and IDDPG.
+
+MADDPG (Lowe et al., 2017, "Multi-Agent Actor-Critic for Mixed Cooperative-Competitive Environments")
+gives each agent a Q-function of all agents' observations and actions (or the global state and all
+actions); IDDPG gives each agent a Q-function of its own observation and action. Both compose torchrl's
+``DDPGLoss`` (TD(0) targets from target networks) with Gaussian exploration noise annealed over frames.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import torch
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.modules import AdditiveGaussianModule, TanhModule
+from torchrl.objectives import DDPGLoss, ValueEstimators
+from typing_extensions import override
+
+from lit_marl.algorithms.off_policy import OffPolicyAlgorithm
+from lit_marl.envs.base import Task
+from lit_marl.errors import ConfigError
+from lit_marl.models import ModelConfig
+
+
+class Concat(nn.Module):
+    """Concatenates its inputs along the last dim (e.g. observation and action for a Q-function)."""
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        return torch.cat(tensors, dim=-1)
+
+
+class StateActionCritic(nn.Module):
+    """Q of each agent from the global state and all agents' actions: ``-> [*B, n_agents, 1]``."""
+
+    def __init__(self, net: nn.Module, state_ndim: int) -> None:
+        super().__init__()
+        self.net = net
+        self.state_ndim = state_ndim
+
+    def forward(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        flat_state = state.flatten(start_dim=state.dim() - self.state_ndim)
+        return self.net(torch.cat([flat_state, action.flatten(-2)], dim=-1)).unsqueeze(-1)
+
+
+class DDPG(OffPolicyAlgorithm):
+    """DDPG per group, the shared base of :class:`MADDPG` and :class:`IDDPG` (continuous actions).
+
+    Args (beyond :class:`~lit_marl.algorithms.base.MarlAlgorithm`'s):
+        share_param_critic: one Q-network shared by all agents of a group.
+        n_optimizer_steps: minibatches (optimizer steps) per iteration.
+        train_batch_size: transitions per minibatch.
+        memory_size: replay buffer capacity per group (transitions).
+        init_random_frames: frames collected with uniformly random actions before the policy acts.
+        use_prioritized_replay_buffer: sample by TD error (Schaul et al., 2016) with ``prb_alpha``/``prb_beta``.
+        buffer_device: where the buffers live: ``cpu``, ``train`` (the module's device) or ``disk``
+            (memory-mapped files in the run folder).
+        soft_target_update: Polyak-average the target networks each step (``polyak_tau``); otherwise copy
+            them every ``hard_target_update_frequency`` steps.
+        exploration_eps_init / exploration_eps_end: standard deviation of the Gaussian action noise,
+            annealed linearly over ``exploration_anneal_frames`` (default: a third of ``max_frames``).
+        loss_function: ``l2``, ``l1`` or ``smooth_l1`` distance of the TD error.
+        delay_value: use a target Q-network for the TD targets.
+        use_tanh_mapping: squash the actor's output into the action bounds with tanh.
+    """
+
+    algorithm_name: ClassVar[str] = "ddpg"
+    supports_discrete_actions: ClassVar[bool] = False
+    centralised_critic: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        task: Task,
+        actor_model: ModelConfig | None = None,
+        critic_model: ModelConfig | None = None,
+        share_policy_params: bool = True,
+        share_param_critic: bool = True,
+        frames_per_batch: int = 6000,
+        num_envs: int = 10,
+        max_frames: int = 3_000_000,
+        n_optimizer_steps: int = 1000,
+        train_batch_size: int = 128,
+        memory_size: int = 1_000_000,
+        init_random_frames: int = 0,
+        use_prioritized_replay_buffer: bool = False,
+        prb_alpha: float = 0.6,
+        prb_beta: float = 0.4,
+        buffer_device: Literal["cpu", "train", "disk"] = "cpu",
+        lr: float = 5e-5,
+        adam_eps: float = 1e-6,
+        gamma: float = 0.99,
+        soft_target_update: bool = True,
+        polyak_tau: float = 0.005,
+        hard_target_update_frequency: int = 5,
+        exploration_eps_init: float = 0.8,
+        exploration_eps_end: float = 0.01,
+        exploration_anneal_frames: int | None = None,
+        loss_function: Literal["l2", "l1", "smooth_l1"] = "l2",
+        delay_value: bool = True,
+        use_tanh_mapping: bool = True,
+        evaluation_episodes: int = 10,
+        evaluation_batch_size: int | None = None,
+        evaluation_deterministic: bool = True,
+        evaluation_seed: int | None = None,
+        test_episodes: int = 100,
+        seed: int = 0,
+    ) -> None:
+        self._set_off_policy_args(
+            n_optimizer_steps, train_batch_size, memory_size, init_random_frames, use_prioritized_replay_buffer,
+            prb_alpha, prb_beta, buffer_device, soft_target_update, polyak_tau, hard_target_update_frequency,
+            exploration_eps_init, exploration_eps_end, exploration_anneal_frames,
+        )
+        self.share_param_critic = bool(share_param_critic)
+        if loss_function not in ("l2", "l1", "smooth_l1"):
+            raise ConfigError(f"loss_function: {loss_function!r} is not one of 'l2', 'l1', 'smooth_l1'")
+        self.loss_function = loss_function
+        self.delay_value = bool(delay_value)
+        self.use_tanh_mapping = bool(use_tanh_mapping)
+        super().__init__(
+            task=task, actor_model=actor_model, critic_model=critic_model, share_policy_params=share_policy_params,
+            frames_per_batch=frames_per_batch, num_envs=num_envs, max_frames=max_frames, lr=lr, adam_eps=adam_eps,
+            gamma=gamma, evaluation_episodes=evaluation_episodes, evaluation_batch_size=evaluation_batch_size,
+            evaluation_deterministic=evaluation_deterministic, evaluation_seed=evaluation_seed,
+            test_episodes=test_episodes, seed=seed,
+        )
+        self._build_target_updaters()
+
+    # ------------------------------------------------------------------ networks
+    @override
+    def _build_policy(self, group: str) -> TensorDictSequential:
+        specs = self.task.specs
+        action_spec = specs.group_action_spec(group)
+        net = self.actor_model.build_multi_agent(
+            specs.observation_spec[group, "observation"].shape[-1], action_spec.shape[-1], specs.n_agents(group),
+            centralised=False, share_params=self.share_policy_params,
+        )
+        if not self.use_tanh_mapping:
+            return TensorDictSequential(
+                TensorDictModule(net, in_keys=[(group, "observation")], out_keys=[(group, "action")])
+            )
+        return TensorDictSequential(
+            TensorDictModule(net, in_keys=[(group, "observation")], out_keys=[(group, "param")]),
+            TanhModule(in_keys=[(group, "param")], out_keys=[(group, "action")], spec=action_spec),
+        )
+
+    @override
+    def _build_exploration(self, group: str) -> AdditiveGaussianModule:
+        return AdditiveGaussianModule(
+            spec=self.task.specs.group_action_spec(group), sigma_init=self.exploration_eps_init,
+            sigma_end=self.exploration_eps_end, annealing_num_steps=self.anneal_frames, action_key=(group, "action"),
+        )
+
+    @override
+    def _build_critic(self, group: str) -> TensorDictSequential | TensorDictModule:
+        specs = self.task.specs
+        n_agents = specs.n_agents(group)
+        action_dim = specs.group_action_spec(group).shape[-1]
+        out = [(group, "state_action_value")]
+        if self.centralised_critic and self.task.has_state:
+            state_shape = specs.state_spec.shape
+            net = StateActionCritic(self.critic_model.build_single(state_shape.numel() + n_agents * action_dim, n_agents),
+                                    len(state_shape))
+            return TensorDictModule(net, in_keys=[self.task.state_key, (group, "action")], out_keys=out)
+        obs_dim = specs.observation_spec[group, "observation"].shape[-1]
+        net = self.critic_model.build_multi_agent(obs_dim + action_dim, 1, n_agents,
+                                                  centralised=self.centralised_critic,
+                                                  share_params=self.share_param_critic)
+        return TensorDictSequential(
+            TensorDictModule(Concat(), in_keys=[(group, "observation"), (group, "action")],
+                             out_keys=[(group, "observation_action")]),
+            TensorDictModule(net, in_keys=[(group, "observation_action")], out_keys=out),
+        )
+
+    @override
+    def _build_loss(self, group: str) -> DDPGLoss:
+        loss = DDPGLoss(self.policies[group], self.critics[group], loss_function=self.loss_function,
+                        delay_actor=False, delay_value=self.delay_value)
+        loss.set_keys(state_action_value=(group, "state_action_value"), reward=(group, "reward"),
+                      done=(group, "done"), terminated=(group, "terminated"), priority=(group, "td_error"))
+        loss.make_value_estimator(ValueEstimators.TD0, gamma=self.gamma)
+        return loss
+
+    @override
+    def param_groups(self, group: str) -> dict[str, list[nn.Parameter]]:
+        return {"actor": list(self.policies[group].parameters()), "critic": list(self.critics[group].parameters())}
+
+
+class MADDPG(DDPG):
+    """Multi-Agent DDPG: decentralised deterministic actors, centralised Q-functions (all agents'
+    observations and actions of the group, or the global state and all actions)."""
+
+    algorithm_name: ClassVar[str] = "maddpg"
+    centralised_critic: ClassVar[bool] = True
+
+
+class IDDPG(DDPG):
+    """Independent DDPG: each agent's Q-function sees its own observation and action only."""
+
+    algorithm_name: ClassVar[str] = "iddpg"
+    centralised_critic: ClassVar[bool] = False

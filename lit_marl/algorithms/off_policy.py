@@ -1,0 +1,225 @@
+"""Shared base of off-policy algorithms: replay buffers, exploration, target networks.
+
+Each iteration collects ``frames_per_batch`` frames, adds each group's part to that group's replay
+buffer and trains ``n_optimizer_steps`` minibatches sampled from the buffers (one Lightning epoch).
+After every optimizer step the target networks move (soft: Polyak averaging with ``polyak_tau``;
+hard: a copy every ``hard_target_update_frequency`` steps) and, with prioritized replay, the sampled
+transitions get their new priorities. Exploration is annealed by collected frames.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase, TensorDictSequential
+from torch import nn
+from torchrl.data import LazyMemmapStorage, LazyTensorStorage, PrioritizedSampler, RandomSampler, TensorDictReplayBuffer
+from torchrl.objectives import HardUpdate, SoftUpdate
+from typing_extensions import override
+
+from lit_marl.algorithms.base import MarlAlgorithm
+from lit_marl.data.off_policy import OffPolicyData
+from lit_marl.errors import ConfigError, positive_int, unit_interval
+
+BUFFER_DEVICES = ("cpu", "train", "disk")
+
+
+class RandomUntil(TensorDictModuleBase):
+    """Steps the wrapped policy, or uniformly random actions while ``active`` (``init_random_frames``)."""
+
+    def __init__(self, policy: TensorDictModuleBase, action_specs: dict[tuple, Any]) -> None:
+        super().__init__()
+        self.policy = policy
+        self.action_specs = action_specs
+        self.in_keys = policy.in_keys
+        self.out_keys = policy.out_keys
+        self.active = False
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if not self.active:
+            return self.policy(tensordict)
+        for key, spec in self.action_specs.items():
+            tensordict.set(key, spec.rand(tensordict.batch_size).to(tensordict.device))
+        return tensordict
+
+
+class OffPolicyAlgorithm(MarlAlgorithm):
+    """Base of replay-buffer algorithms (MADDPG, IDDPG, MASAC, ISAC, and the Q-learning family).
+
+    Subclasses call :meth:`_set_off_policy_args` before ``super().__init__`` and
+    :meth:`_build_target_updaters` after it, and implement :meth:`_build_exploration` where the policy
+    explores by more than sampling.
+    """
+
+    on_policy: ClassVar[bool] = False
+
+    def _set_off_policy_args(
+        self,
+        n_optimizer_steps: int,
+        train_batch_size: int,
+        memory_size: int,
+        init_random_frames: int,
+        use_prioritized_replay_buffer: bool,
+        prb_alpha: float,
+        prb_beta: float,
+        buffer_device: str,
+        soft_target_update: bool,
+        polyak_tau: float,
+        hard_target_update_frequency: int,
+        exploration_eps_init: float,
+        exploration_eps_end: float,
+        exploration_anneal_frames: int | None,
+    ) -> None:
+        self.n_optimizer_steps = positive_int("n_optimizer_steps", n_optimizer_steps)
+        self.train_batch_size = positive_int("train_batch_size", train_batch_size)
+        self.memory_size = positive_int("memory_size", memory_size)
+        if self.train_batch_size > self.memory_size:
+            raise ConfigError(
+                f"train_batch_size: {train_batch_size} is larger than memory_size={memory_size}; "
+                f"allowed: 1..{memory_size}"
+            )
+        if not isinstance(init_random_frames, int) or isinstance(init_random_frames, bool) or init_random_frames < 0:
+            raise ConfigError(f"init_random_frames: must be an integer >= 0, got {init_random_frames!r}")
+        self.init_random_frames = init_random_frames
+        self.use_prioritized_replay_buffer = bool(use_prioritized_replay_buffer)
+        self.prb_alpha = unit_interval("prb_alpha", prb_alpha)
+        self.prb_beta = unit_interval("prb_beta", prb_beta)
+        if buffer_device not in BUFFER_DEVICES:
+            raise ConfigError(f"buffer_device: {buffer_device!r} is unknown; allowed: {', '.join(BUFFER_DEVICES)}")
+        self.buffer_device = buffer_device
+        self.soft_target_update = bool(soft_target_update)
+        if isinstance(polyak_tau, bool) or not isinstance(polyak_tau, (int, float)) or not 0 < polyak_tau <= 1:
+            raise ConfigError(f"polyak_tau: must be in (0, 1], got {polyak_tau!r}")
+        self.polyak_tau = float(polyak_tau)
+        self.hard_target_update_frequency = positive_int("hard_target_update_frequency", hard_target_update_frequency)
+        self.exploration_eps_init = unit_interval("exploration_eps_init", exploration_eps_init)
+        self.exploration_eps_end = unit_interval("exploration_eps_end", exploration_eps_end)
+        if exploration_anneal_frames is not None:
+            positive_int("exploration_anneal_frames", exploration_anneal_frames)
+        self.exploration_anneal_frames = exploration_anneal_frames
+
+    @override
+    def _validate_args(self) -> None:
+        if self.init_random_frames % self.frames_per_batch:
+            raise ConfigError(
+                f"init_random_frames: {self.init_random_frames} is not a multiple of frames_per_batch="
+                f"{self.frames_per_batch}; allowed: 0, {self.frames_per_batch}, {2 * self.frames_per_batch}, …"
+            )
+
+    @property
+    def anneal_frames(self) -> int:
+        """Frames over which exploration anneals (default: a third of the budget, as BenchMARL)."""
+        return self.exploration_anneal_frames or max(1, self.max_frames // 3)
+
+    # ------------------------------------------------------------------ building
+    def _build_exploration(self, group: str) -> TensorDictModuleBase | None:
+        """A module appended to ``group``'s policy during collection (e.g. Gaussian noise); None for none."""
+        return None
+
+    def _build_target_updaters(self) -> None:
+        """Target-network updaters of every group's loss; call after ``super().__init__``."""
+        self.explorations = nn.ModuleDict(
+            {g: e for g in self.groups if (e := self._build_exploration(g)) is not None}
+        )
+        self._target_updaters = {
+            g: SoftUpdate(self.losses[g], tau=self.polyak_tau) if self.soft_target_update
+            else HardUpdate(self.losses[g], value_network_update_interval=self.hard_target_update_frequency)
+            for g in self.groups
+        }
+        # the collection policy, kept out of the module tree (and so out of state_dict)
+        self._random_switch: dict[str, RandomUntil] = {}
+        self._replay_buffer_map: dict[str, TensorDictReplayBuffer] | None = None
+
+    @override
+    def policy_for_collection(self) -> TensorDictModuleBase:
+        modules = []
+        for group in self.groups:
+            modules.append(self.policies[group])
+            if group in self.explorations:
+                modules.append(self.explorations[group])
+        specs = {(g, "action"): self.task.specs.group_action_spec(g).to(self.device) for g in self.groups}
+        self._random_switch["policy"] = RandomUntil(TensorDictSequential(*modules), specs)
+        return self._random_switch["policy"]
+
+    # ------------------------------------------------------------------ buffers
+    def group_keys(self, group: str) -> list:
+        """Keys of a processed batch that ``group``'s loss reads: what its replay buffer stores."""
+        return list(dict.fromkeys(self.losses[group].in_keys))
+
+    def _buffer_dir(self) -> Path:
+        trainer = self._trainer
+        root = (trainer.log_dir or trainer.default_root_dir) if trainer is not None else tempfile.mkdtemp()
+        return Path(root) / "replay_buffers"
+
+    def replay_buffers(self) -> dict[str, TensorDictReplayBuffer]:
+        """One replay buffer per group, built on first use (then filled from a checkpoint if resuming)."""
+        if self._replay_buffer_map is None:
+            self._replay_buffer_map = {g: self._make_buffer(g) for g in self.groups}
+            if self._restored is not None and "replay_buffers" in self._restored:
+                for group, state in self._restored.pop("replay_buffers").items():
+                    self._replay_buffer_map[group].load_state_dict(state)
+        return self._replay_buffer_map
+
+    def _make_buffer(self, group: str) -> TensorDictReplayBuffer:
+        if self.buffer_device == "disk":
+            storage = LazyMemmapStorage(self.memory_size, scratch_dir=self._buffer_dir() / group, existsok=True)
+        else:
+            device = "cpu" if self.buffer_device == "cpu" else self.device
+            storage = LazyTensorStorage(self.memory_size, device=device)
+        sampler = (PrioritizedSampler(self.memory_size, alpha=self.prb_alpha, beta=self.prb_beta)
+                   if self.use_prioritized_replay_buffer else RandomSampler())
+        return TensorDictReplayBuffer(storage=storage, sampler=sampler, priority_key=(group, "td_error"))
+
+    @override
+    def group_batch(self, batch: TensorDictBase, group: str) -> TensorDictBase:
+        return batch.get(group)
+
+    @override
+    def train_dataloader(self) -> OffPolicyData:
+        return OffPolicyData(self)
+
+    # ------------------------------------------------------------------ per iteration / step
+    @override
+    def collect_batch(self) -> TensorDictBase:
+        self._get_sampler()  # builds the collection policy (and its random-action switch)
+        self._random_switch["policy"].active = self.frames < self.init_random_frames
+        batch = super().collect_batch()
+        for exploration in self.explorations.values():
+            if hasattr(exploration, "step"):
+                exploration.step(batch.numel())
+        return batch
+
+    @override
+    def on_train_batch_end(self, outputs: Any, batch: TensorDictBase, batch_idx: int) -> None:
+        for group, updater in self._target_updaters.items():
+            if self.use_prioritized_replay_buffer:
+                self.replay_buffers()[group].update_tensordict_priority(batch.get(group))
+            updater.step()
+
+    # ------------------------------------------------------------------ checkpoints
+    @override
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        meta = checkpoint["lit_marl"]
+        if self._replay_buffer_map is not None:
+            meta["replay_buffers"] = {g: b.state_dict() for g, b in self._replay_buffer_map.items()}
+        meta["target_updaters"] = {g: _updater_state(u) for g, u in self._target_updaters.items()}
+
+    @override
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        for group, state in checkpoint["lit_marl"].get("target_updaters", {}).items():
+            _set_updater_state(self._target_updaters[group], state)
+
+
+def _updater_state(updater: SoftUpdate | HardUpdate) -> dict[str, int]:
+    return {"steps": int(getattr(updater, "counter", 0))}
+
+
+def _set_updater_state(updater: SoftUpdate | HardUpdate, state: dict[str, int]) -> None:
+    if hasattr(updater, "counter"):
+        updater.counter = state["steps"]

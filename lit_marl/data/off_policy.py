@@ -1,0 +1,40 @@
+"""Training data of off-policy algorithms (DESIGN.md §2): collect, store, then sample many minibatches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+if TYPE_CHECKING:
+    from lit_marl.algorithms.off_policy import OffPolicyAlgorithm
+
+
+class OffPolicyData:
+    """Sized iterable: one pass collects ``frames_per_batch`` frames, adds each group's part to that
+    group's replay buffer, then yields ``n_optimizer_steps`` minibatches ``{group: sample}`` of
+    ``train_batch_size`` transitions each.
+
+    The length stops Lightning from prefetching (and so collecting) ahead of the last update.
+    """
+
+    def __init__(self, algorithm: OffPolicyAlgorithm) -> None:
+        self.algorithm = algorithm
+
+    def __len__(self) -> int:
+        return self.algorithm.n_optimizer_steps
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        algo = self.algorithm
+        batch = algo.collect_batch()
+        with torch.no_grad():
+            batch = algo.process_batch(batch)
+        buffers = algo.replay_buffers()
+        for group, buffer in buffers.items():
+            buffer.extend(batch.select(*algo.group_keys(group), strict=False).reshape(-1))
+        algo.mark_training_start()
+        for _ in range(algo.n_optimizer_steps):
+            samples = {group: buffer.sample(algo.train_batch_size).to(algo.device) for group, buffer in buffers.items()}
+            yield TensorDict(samples, batch_size=[algo.train_batch_size], device=algo.device)

@@ -1,0 +1,156 @@
+"""MADDPG/IDDPG: replay buffers, exploration annealing, target networks, resume with buffers, bad input."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from lit_marl.algorithms import IDDPG, MADDPG
+from lit_marl.callbacks import MarlCallback
+from lit_marl.errors import ConfigError
+from lit_marl.models import Mlp
+from tests.conftest import tiny_task, tiny_trainer
+
+
+def ddpg_kwargs(**overrides) -> dict:
+    kwargs = dict(actor_model=Mlp([32, 32]), critic_model=Mlp([32, 32]), frames_per_batch=40, num_envs=4,
+                  n_optimizer_steps=4, train_batch_size=16, memory_size=1000, max_frames=400, evaluation_episodes=4,
+                  lr=1e-3)
+    kwargs.update(overrides)
+    return kwargs
+
+
+def _target_and_online(model, group="agents"):
+    loss = model.losses[group]
+    return loss.target_value_network_params.flatten_keys(), loss.value_network_params.flatten_keys()
+
+
+@pytest.mark.parametrize("algorithm", [MADDPG, IDDPG])
+def test_fit_fills_the_buffer_anneals_noise_and_moves_targets(tmp_path, algorithm):
+    pl.seed_everything(0)
+    model = algorithm(tiny_task(), **ddpg_kwargs())
+    target_before, _ = _target_and_online(model)
+    target_before = target_before.clone()
+    trainer = tiny_trainer(tmp_path, max_epochs=2)
+    trainer.fit(model)
+    assert len(model.replay_buffers()["agents"]) == 80 and trainer.global_step == 8
+    # sigma anneals linearly from 0.8 to 0.01 over max_frames // 3 = 133 frames
+    assert model.explorations["agents"].sigma.item() == pytest.approx(0.8 - 0.79 * 80 / 133, abs=1e-5)
+    target_after, online = _target_and_online(model)
+    for key in target_after.keys():
+        assert not torch.equal(target_after[key], target_before[key])  # moved
+        assert not torch.equal(target_after[key], online[key])  # but only part way (soft)
+    metrics = trainer.callback_metrics
+    for name in ("train/agents/loss_actor", "train/agents/loss_value", "train/agents/critic/grad_norm",
+                 "collection/reward/episode_reward_mean", "val/return"):
+        assert torch.isfinite(metrics[name]), name
+
+
+def test_maddpg_critic_is_centralised_and_iddpg_critic_is_local():
+    maddpg, iddpg = MADDPG(tiny_task(), **ddpg_kwargs()), IDDPG(tiny_task(), **ddpg_kwargs())
+    assert maddpg.critics["agents"][1].module.centralized
+    assert not iddpg.critics["agents"][1].module.centralized
+
+
+def test_soft_update_is_polyak_averaging():
+    model = MADDPG(tiny_task(), **ddpg_kwargs(polyak_tau=0.25))
+    target, online = _target_and_online(model)
+    with torch.no_grad():
+        for value in online.values():
+            value.add_(1.0)
+    before = target.clone()
+    model._target_updaters["agents"].step()
+    for key in target.keys():
+        torch.testing.assert_close(target[key], 0.75 * before[key] + 0.25 * online[key])
+
+
+def test_hard_update_copies_every_n_steps():
+    model = MADDPG(tiny_task(), **ddpg_kwargs(soft_target_update=False, hard_target_update_frequency=3))
+    target, online = _target_and_online(model)
+    with torch.no_grad():
+        for value in online.values():
+            value.add_(1.0)
+    before = target.clone()
+    for _ in range(3):
+        model._target_updaters["agents"].step()
+        assert all(torch.equal(target[k], before[k]) for k in target.keys())
+    model._target_updaters["agents"].step()
+    assert all(torch.equal(target[k], online[k]) for k in target.keys())
+
+
+def test_init_random_frames_act_randomly_first(tmp_path):
+    seen = []
+
+    class Spy(MarlCallback):
+        def on_batch_collected(self, trainer, pl_module, batch):
+            seen.append(pl_module._random_switch["policy"].active)
+
+    pl.seed_everything(0)
+    model = MADDPG(tiny_task(), **ddpg_kwargs(init_random_frames=80))
+    tiny_trainer(tmp_path, max_epochs=3, callbacks=[Spy()]).fit(model)
+    assert seen == [True, True, False]
+
+
+def _fit(tmp_path, name, max_epochs, ckpt_path=None):
+    pl.seed_everything(0)
+    model = MADDPG(tiny_task(), **ddpg_kwargs())
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / name, save_last=True, every_n_epochs=1,
+                                 save_on_train_epoch_end=True)
+    trainer = tiny_trainer(tmp_path / name, max_epochs=max_epochs, callbacks=[checkpoint], check_val_every_n_epoch=5)
+    trainer.fit(model, ckpt_path=ckpt_path)
+    return model, trainer
+
+
+def test_resume_restores_buffer_targets_noise_and_continues_exactly(tmp_path):
+    first, _ = _fit(tmp_path, "first", max_epochs=2)
+    checkpoint = torch.load(tmp_path / "first" / "last.ckpt", weights_only=True)
+    assert "replay_buffers" in checkpoint["lit_marl"]
+
+    straight, straight_trainer = _fit(tmp_path, "straight", max_epochs=4)
+    resumed, resumed_trainer = _fit(tmp_path, "resumed", max_epochs=4, ckpt_path=tmp_path / "first" / "last.ckpt")
+    assert resumed.frames == straight.frames == 160 and resumed_trainer.global_step == straight_trainer.global_step
+    assert torch.equal(resumed.explorations["agents"].sigma, straight.explorations["agents"].sigma)
+    straight_buffer, resumed_buffer = straight.replay_buffers()["agents"], resumed.replay_buffers()["agents"]
+    assert len(straight_buffer) == len(resumed_buffer) == 160
+    assert (straight_buffer.storage[:160] == resumed_buffer.storage[:160]).all()
+    for key, value in straight.state_dict().items():
+        assert torch.equal(value, resumed.state_dict()[key]), key
+
+
+def test_resume_restores_the_buffer_contents(tmp_path):
+    first, _ = _fit(tmp_path, "first", max_epochs=2)
+    restored = MADDPG(tiny_task(), **ddpg_kwargs())
+    restored.on_load_checkpoint(torch.load(tmp_path / "first" / "last.ckpt", weights_only=True))
+    original, loaded = first.replay_buffers()["agents"], restored.replay_buffers()["agents"]
+    assert len(loaded) == 80 and (original.storage[:80] == loaded.storage[:80]).all()
+
+
+def test_continuous_only_algorithm_on_a_discrete_task_names_what_fits():
+    with pytest.raises(ConfigError, match="MADDPG needs continuous actions.*continuous_actions=true"):
+        MADDPG(tiny_task(continuous_actions=False), **ddpg_kwargs())
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragments"),
+    [
+        ({"train_batch_size": 2000}, ["train_batch_size", "2000", "memory_size=1000"]),
+        ({"init_random_frames": 50}, ["init_random_frames", "50", "frames_per_batch=40"]),
+        ({"polyak_tau": 0.0}, ["polyak_tau", "(0, 1]"]),
+        ({"polyak_tau": 1.5}, ["polyak_tau", "1.5"]),
+        ({"buffer_device": "gpu"}, ["buffer_device", "'gpu'", "cpu, train, disk"]),
+        ({"loss_function": "huber"}, ["loss_function", "huber"]),
+    ],
+)
+def test_bad_off_policy_argument_names_field(overrides, fragments, monkeypatch):
+    def no_env(*args, **kwargs):
+        raise AssertionError("an environment was built before the argument was checked")
+
+    monkeypatch.setattr("lit_marl.envs.vmas.VmasEnv", no_env)
+    with pytest.raises(ConfigError) as err:
+        MADDPG(tiny_task(), **ddpg_kwargs(**overrides))
+    for fragment in fragments:
+        assert fragment in str(err.value)
