@@ -17,10 +17,15 @@ from tests.conftest import CONFIGS
 #: keeps any config to a one-iteration run of a few seconds
 SHORT = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
          "--model.init_args.n_minibatch_iters", "1", "--trainer.check_val_every_n_epoch", "1"]
+#: the same for off-policy configs (few optimizer steps, a small buffer)
+SHORT_OFF_POLICY = [*SHORT[:4], "--model.init_args.n_optimizer_steps", "2", "--model.init_args.memory_size", "20000",
+                    *SHORT[6:]]
 
 
 def _fit(config, *extra):
-    main(["fit", "--config", str(config), *SHORT, *extra])
+    init_args = yaml.safe_load(Path(config).read_text())["model"]["init_args"]
+    short = SHORT_OFF_POLICY if "n_optimizer_steps" in init_args else SHORT
+    main(["fit", "--config", str(config), *short, *extra])
 
 
 def _run_dirs() -> list[Path]:
