@@ -8,7 +8,7 @@ from torchrl.data import Unbounded
 from torchrl.envs import EnvBase, Transform, TransformedEnv
 
 from lit_marl.algorithms import IPPO, MAPPO
-from lit_marl.algorithms.ppo import _StateCritic
+from lit_marl.algorithms.common import FromState
 from lit_marl.envs import VmasTask
 from tests.conftest import tiny_kwargs, tiny_trainer
 
@@ -47,7 +47,7 @@ def test_mappo_critic_reads_the_state_and_trains(tmp_path):
     assert task.has_state and task.specs.state_spec.shape == (3 * 14,)  # 3 agents x 14 features
     model = MAPPO(task, **tiny_kwargs())
     critic = model.critics["agents"]
-    assert critic.in_keys == ["state"] and isinstance(critic.module, _StateCritic)
+    assert critic.in_keys == ["state"] and isinstance(critic.module, FromState)
     td = task.make_env(num_envs=2, seed=0).reset()
     values = critic(td.clone()).get(("agents", "state_value"))
     assert values.shape == (2, 3, 1)

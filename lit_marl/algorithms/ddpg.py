@@ -10,37 +10,17 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-import torch
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.modules import AdditiveGaussianModule, TanhModule
 from torchrl.objectives import DDPGLoss, ValueEstimators
 from typing_extensions import override
 
+from lit_marl.algorithms.common import q_critic
 from lit_marl.algorithms.off_policy import OffPolicyAlgorithm
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError
 from lit_marl.models import ModelConfig
-
-
-class Concat(nn.Module):
-    """Concatenates its inputs along the last dim (e.g. observation and action for a Q-function)."""
-
-    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
-        return torch.cat(tensors, dim=-1)
-
-
-class StateActionCritic(nn.Module):
-    """Q of each agent from the global state and all agents' actions: ``-> [*B, n_agents, 1]``."""
-
-    def __init__(self, net: nn.Module, state_ndim: int) -> None:
-        super().__init__()
-        self.net = net
-        self.state_ndim = state_ndim
-
-    def forward(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        flat_state = state.flatten(start_dim=state.dim() - self.state_ndim)
-        return self.net(torch.cat([flat_state, action.flatten(-2)], dim=-1)).unsqueeze(-1)
 
 
 class DDPG(OffPolicyAlgorithm):
@@ -152,24 +132,7 @@ class DDPG(OffPolicyAlgorithm):
 
     @override
     def _build_critic(self, group: str) -> TensorDictSequential | TensorDictModule:
-        specs = self.task.specs
-        n_agents = specs.n_agents(group)
-        action_dim = specs.group_action_spec(group).shape[-1]
-        out = [(group, "state_action_value")]
-        if self.centralised_critic and self.task.has_state:
-            state_shape = specs.state_spec.shape
-            net = StateActionCritic(self.critic_model.build_single(state_shape.numel() + n_agents * action_dim, n_agents),
-                                    len(state_shape))
-            return TensorDictModule(net, in_keys=[self.task.state_key, (group, "action")], out_keys=out)
-        obs_dim = specs.observation_spec[group, "observation"].shape[-1]
-        net = self.critic_model.build_multi_agent(obs_dim + action_dim, 1, n_agents,
-                                                  centralised=self.centralised_critic,
-                                                  share_params=self.share_param_critic)
-        return TensorDictSequential(
-            TensorDictModule(Concat(), in_keys=[(group, "observation"), (group, "action")],
-                             out_keys=[(group, "observation_action")]),
-            TensorDictModule(net, in_keys=[(group, "observation_action")], out_keys=out),
-        )
+        return q_critic(self.task, group, self.critic_model, self.centralised_critic, self.share_param_critic)
 
     @override
     def _build_loss(self, group: str) -> DDPGLoss:

@@ -13,7 +13,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
 
-import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn

@@ -10,30 +10,18 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-import torch
 from tensordict import TensorDictBase
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
-from torchrl.modules import IndependentNormal, ProbabilisticActor, TanhNormal
+from torchrl.modules import ProbabilisticActor
 from torchrl.objectives import ClipPPOLoss, ValueEstimators
 from typing_extensions import override
 
 from lit_marl.algorithms.base import OnPolicyAlgorithm
+from lit_marl.algorithms.common import FromState, stochastic_policy
 from lit_marl.envs.base import Task
 from lit_marl.models import ModelConfig
 from lit_marl.errors import ConfigError, non_negative_float, positive_float, positive_int, unit_interval
-
-
-class _StateCritic(nn.Module):
-    """Value of each agent from the global state: ``[*B, state_dim] -> [*B, n_agents, 1]``."""
-
-    def __init__(self, net: nn.Module, state_ndim: int) -> None:
-        super().__init__()
-        self.net = net
-        self.state_ndim = state_ndim
-
-    def forward(self, state: torch.Tensor) -> torch.Tensor:
-        return self.net(state.flatten(start_dim=state.dim() - self.state_ndim)).unsqueeze(-1)
 
 
 class PPO(OnPolicyAlgorithm):
@@ -131,34 +119,8 @@ class PPO(OnPolicyAlgorithm):
     # ------------------------------------------------------------------ networks
     @override
     def _build_policy(self, group: str) -> ProbabilisticActor:
-        specs = self.task.specs
-        n_agents = specs.n_agents(group)
-        obs_dim = specs.observation_spec[group, "observation"].shape[-1]
-        action_spec = specs.group_action_spec(group)
-        if self.task.continuous_actions:
-            action_dim = action_spec.shape[-1]
-            net = nn.Sequential(
-                self.actor_model.build_multi_agent(obs_dim, 2 * action_dim, n_agents, centralised=False,
-                                                   share_params=self.share_policy_params),
-                NormalParamExtractor(scale_mapping=self.scale_mapping),
-            )
-            module = TensorDictModule(net, in_keys=[(group, "observation")], out_keys=[(group, "loc"), (group, "scale")])
-            if self.use_tanh_normal:
-                dist_class, dist_kwargs = TanhNormal, {"low": action_spec.space.low, "high": action_spec.space.high}
-            else:
-                dist_class, dist_kwargs = IndependentNormal, {}
-            return ProbabilisticActor(
-                module, spec=action_spec, in_keys=[(group, "loc"), (group, "scale")], out_keys=[(group, "action")],
-                distribution_class=dist_class, distribution_kwargs=dist_kwargs, return_log_prob=True,
-            )
-        n_actions = action_spec.space.n
-        net = self.actor_model.build_multi_agent(obs_dim, n_actions, n_agents, centralised=False,
-                                                 share_params=self.share_policy_params)
-        module = TensorDictModule(net, in_keys=[(group, "observation")], out_keys=[(group, "logits")])
-        return ProbabilisticActor(
-            module, spec=action_spec, in_keys={"logits": (group, "logits")}, out_keys=[(group, "action")],
-            distribution_class=torch.distributions.Categorical, return_log_prob=True,
-        )
+        return stochastic_policy(self.task, group, self.actor_model, self.share_policy_params, self.scale_mapping,
+                                 self.use_tanh_normal)
 
     @override
     def _build_critic(self, group: str) -> TensorDictModule:
@@ -166,7 +128,7 @@ class PPO(OnPolicyAlgorithm):
         n_agents = specs.n_agents(group)
         if self.centralised_critic and self.task.has_state:
             state_shape = specs.state_spec.shape
-            net = _StateCritic(self.critic_model.build_single(state_shape.numel(), n_agents), len(state_shape))
+            net = FromState(self.critic_model.build_single(state_shape.numel(), n_agents), len(state_shape))
             return TensorDictModule(net, in_keys=[self.task.state_key], out_keys=[(group, "state_value")])
         obs_dim = specs.observation_spec[group, "observation"].shape[-1]
         net = self.critic_model.build_multi_agent(obs_dim, 1, n_agents, centralised=self.centralised_critic,

@@ -1,0 +1,84 @@
+"""Network pieces that several algorithm families share (stochastic policies, Q-functions)."""
+
+from __future__ import annotations
+
+import torch
+from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.modules import IndependentNormal, ProbabilisticActor, TanhNormal
+
+from lit_marl.envs.base import Task
+from lit_marl.models import ModelConfig
+
+
+class Concat(nn.Module):
+    """Concatenates its inputs along the last dim (e.g. observation and action for a Q-function)."""
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        return torch.cat(tensors, dim=-1)
+
+
+class FromState(nn.Module):
+    """A value per agent from the global state (and optionally all agents' actions): ``-> [*B, n_agents, 1]``."""
+
+    def __init__(self, net: nn.Module, state_ndim: int) -> None:
+        super().__init__()
+        self.net = net
+        self.state_ndim = state_ndim
+
+    def forward(self, state: torch.Tensor, *actions: torch.Tensor) -> torch.Tensor:
+        inputs = [state.flatten(start_dim=state.dim() - self.state_ndim), *(a.flatten(-2) for a in actions)]
+        return self.net(torch.cat(inputs, dim=-1)).unsqueeze(-1)
+
+
+def stochastic_policy(task: Task, group: str, model: ModelConfig, share_params: bool, scale_mapping: str,
+                      use_tanh_normal: bool) -> ProbabilisticActor:
+    """Decentralised stochastic policy of ``group`` writing ``(group, "action")`` and its log-probability
+    ``(group, "action_log_prob")``: tanh-normal (or normal) for continuous actions, categorical for discrete."""
+    specs = task.specs
+    n_agents = specs.n_agents(group)
+    obs_dim = specs.observation_spec[group, "observation"].shape[-1]
+    action_spec = specs.group_action_spec(group)
+    if task.continuous_actions:
+        net = nn.Sequential(
+            model.build_multi_agent(obs_dim, 2 * action_spec.shape[-1], n_agents, centralised=False,
+                                    share_params=share_params),
+            NormalParamExtractor(scale_mapping=scale_mapping),
+        )
+        module = TensorDictModule(net, in_keys=[(group, "observation")], out_keys=[(group, "loc"), (group, "scale")])
+        if use_tanh_normal:
+            dist_class, dist_kwargs = TanhNormal, {"low": action_spec.space.low, "high": action_spec.space.high}
+        else:
+            dist_class, dist_kwargs = IndependentNormal, {}
+        return ProbabilisticActor(
+            module, spec=action_spec, in_keys=[(group, "loc"), (group, "scale")], out_keys=[(group, "action")],
+            distribution_class=dist_class, distribution_kwargs=dist_kwargs, return_log_prob=True,
+        )
+    net = model.build_multi_agent(obs_dim, action_spec.space.n, n_agents, centralised=False, share_params=share_params)
+    module = TensorDictModule(net, in_keys=[(group, "observation")], out_keys=[(group, "logits")])
+    return ProbabilisticActor(
+        module, spec=action_spec, in_keys={"logits": (group, "logits")}, out_keys=[(group, "action")],
+        distribution_class=torch.distributions.Categorical, return_log_prob=True,
+    )
+
+
+def q_critic(task: Task, group: str, model: ModelConfig, centralised: bool, share_params: bool
+             ) -> TensorDictModule | TensorDictSequential:
+    """Q-function of ``group`` for continuous actions, writing ``(group, "state_action_value")``
+    ``[*B, n_agents, 1]``: of each agent's observation and action, of all agents' (``centralised``), or of
+    the global state and all actions where the task has a state and the critic is centralised."""
+    specs = task.specs
+    n_agents = specs.n_agents(group)
+    action_dim = specs.group_action_spec(group).shape[-1]
+    out = [(group, "state_action_value")]
+    if centralised and task.has_state:
+        state_shape = specs.state_spec.shape
+        net = FromState(model.build_single(state_shape.numel() + n_agents * action_dim, n_agents), len(state_shape))
+        return TensorDictModule(net, in_keys=[task.state_key, (group, "action")], out_keys=out)
+    obs_dim = specs.observation_spec[group, "observation"].shape[-1]
+    net = model.build_multi_agent(obs_dim + action_dim, 1, n_agents, centralised=centralised, share_params=share_params)
+    return TensorDictSequential(
+        TensorDictModule(Concat(), in_keys=[(group, "observation"), (group, "action")],
+                         out_keys=[(group, "observation_action")]),
+        TensorDictModule(net, in_keys=[(group, "observation_action")], out_keys=out),
+    )
