@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 
 import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from lit_marl.algorithms import IDDPG, MADDPG
+from lit_marl.algorithms import IDDPG, ISAC, MADDPG, MASAC
 from lit_marl.callbacks import MarlCallback
 from lit_marl.errors import ConfigError
 from lit_marl.models import Mlp
@@ -153,3 +154,39 @@ def test_bad_off_policy_argument_names_field(overrides, fragments, monkeypatch):
         MADDPG(tiny_task(), **ddpg_kwargs(**overrides))
     for fragment in fragments:
         assert fragment in str(err.value)
+
+
+@pytest.mark.parametrize("algorithm", [MASAC, ISAC])
+@pytest.mark.parametrize("continuous", [True, False])
+def test_sac_trains_actor_twin_critics_and_temperature(tmp_path, algorithm, continuous):
+    pl.seed_everything(0)
+    model = algorithm(tiny_task(continuous_actions=continuous), **ddpg_kwargs())
+    loss = model.losses["agents"]
+    q_before = loss.qvalue_network_params.clone()
+    alpha_before = loss.log_alpha.detach().clone()
+    assert q_before.batch_size[0] == 2  # twin Q-functions, initialised independently
+    first = next(iter(q_before.values(True, True)))
+    assert not torch.equal(first[0], first[1])
+    trainer = tiny_trainer(tmp_path, max_epochs=2)
+    trainer.fit(model)
+    assert all(not torch.equal(a, b) for a, b in zip(q_before.values(True, True), loss.qvalue_network_params.values(True, True)))
+    assert not torch.equal(alpha_before, loss.log_alpha.detach())
+    expected_entropy = -2.0 if continuous else 0.2 * math.log(9)
+    assert loss.target_entropy.item() == pytest.approx(expected_entropy, rel=1e-5)
+    for name in ("train/agents/loss_actor", "train/agents/loss_qvalue", "train/agents/loss_alpha", "val/return"):
+        assert torch.isfinite(trainer.callback_metrics[name]), name
+    assert [g["name"] for g in trainer.optimizers[0].param_groups] == ["agents/actor", "agents/critic", "agents/alpha"]
+
+
+def test_masac_q_is_centralised_and_isac_q_is_local():
+    masac = MASAC(tiny_task(continuous_actions=False), **ddpg_kwargs())
+    isac = ISAC(tiny_task(continuous_actions=False), **ddpg_kwargs())
+    assert masac.losses["agents"].qvalue_network.module.centralized
+    assert not isac.losses["agents"].qvalue_network.module.centralized
+
+
+def test_fixed_alpha_is_not_trained(tmp_path):
+    pl.seed_everything(0)
+    model = MASAC(tiny_task(), **ddpg_kwargs(alpha_init=0.3, fixed_alpha=True))
+    tiny_trainer(tmp_path, max_epochs=1).fit(model)
+    assert model.losses["agents"].log_alpha.exp().item() == pytest.approx(0.3)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tensordict import TensorDictBase
+from tensordict.utils import unravel_key
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage, PrioritizedSampler, RandomSampler, TensorDictReplayBuffer
@@ -147,7 +148,7 @@ class OffPolicyAlgorithm(MarlAlgorithm):
     # ------------------------------------------------------------------ buffers
     def group_keys(self, group: str) -> list:
         """Keys of a processed batch that ``group``'s loss reads: what its replay buffer stores."""
-        return list(dict.fromkeys(self.losses[group].in_keys))
+        return list(dict.fromkeys(unravel_key(key) for key in self.losses[group].in_keys))
 
     def _buffer_dir(self) -> Path:
         trainer = self._trainer
