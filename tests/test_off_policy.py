@@ -190,3 +190,38 @@ def test_fixed_alpha_is_not_trained(tmp_path):
     model = MASAC(tiny_task(), **ddpg_kwargs(alpha_init=0.3, fixed_alpha=True))
     tiny_trainer(tmp_path, max_epochs=1).fit(model)
     assert model.losses["agents"].log_alpha.exp().item() == pytest.approx(0.3)
+
+
+def test_prioritized_sampler_draws_by_priority_and_weights_by_importance():
+    from tensordict import TensorDict
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+    from lit_marl.data.replay import TensorPrioritizedSampler
+
+    torch.manual_seed(0)
+    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(100), sampler=TensorPrioritizedSampler(100, 1.0, 1.0),
+                                    priority_key="td_error")
+    buffer.extend(TensorDict({"x": torch.arange(4.0)}, batch_size=[4]))
+    buffer.update_priority(torch.arange(4), torch.tensor([1.0, 1.0, 1.0, 7.0]))
+    sample = buffer.sample(20_000)
+    share = (sample["x"] == 3).float().mean().item()
+    assert share == pytest.approx(0.7, abs=0.02)
+    weights = sample["priority_weight"]
+    assert weights[sample["x"] == 3].unique().item() == pytest.approx(1 / 7, rel=1e-4)
+    assert weights[sample["x"] == 0].unique().item() == pytest.approx(1.0)
+    # new transitions get the largest priority seen so far
+    buffer.extend(TensorDict({"x": torch.tensor([4.0])}, batch_size=[1]))
+    assert buffer.sampler._priority[4] == buffer.sampler._priority[3]
+
+
+@pytest.mark.parametrize("algorithm", [MADDPG, MASAC])
+def test_prioritized_replay_updates_priorities_and_resumes_them(tmp_path, algorithm):
+    pl.seed_everything(0)
+    model = algorithm(tiny_task(), **ddpg_kwargs(use_prioritized_replay_buffer=True))
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    tiny_trainer(tmp_path, max_epochs=2, callbacks=[checkpoint]).fit(model)
+    priority = model.replay_buffers()["agents"].sampler._priority[:80]
+    assert priority.unique().numel() > 10  # TD errors replaced the uniform initial priority
+    restored = algorithm(tiny_task(), **ddpg_kwargs(use_prioritized_replay_buffer=True))
+    restored.on_load_checkpoint(torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True))
+    assert torch.equal(restored.replay_buffers()["agents"].sampler._priority, model.replay_buffers()["agents"].sampler._priority)

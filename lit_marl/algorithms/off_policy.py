@@ -17,12 +17,13 @@ from tensordict import TensorDictBase
 from tensordict.utils import unravel_key
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
-from torchrl.data import LazyMemmapStorage, LazyTensorStorage, PrioritizedSampler, RandomSampler, TensorDictReplayBuffer
+from torchrl.data import LazyMemmapStorage, LazyTensorStorage, RandomSampler, TensorDictReplayBuffer
 from torchrl.objectives import HardUpdate, SoftUpdate
 from typing_extensions import override
 
 from lit_marl.algorithms.base import MarlAlgorithm
 from lit_marl.data.off_policy import OffPolicyData
+from lit_marl.data.replay import TensorPrioritizedSampler
 from lit_marl.errors import ConfigError, positive_int, unit_interval
 
 BUFFER_DEVICES = ("cpu", "train", "disk")
@@ -170,13 +171,19 @@ class OffPolicyAlgorithm(MarlAlgorithm):
         else:
             device = "cpu" if self.buffer_device == "cpu" else self.device
             storage = LazyTensorStorage(self.memory_size, device=device)
-        sampler = (PrioritizedSampler(self.memory_size, alpha=self.prb_alpha, beta=self.prb_beta)
+        sampler = (TensorPrioritizedSampler(self.memory_size, alpha=self.prb_alpha, beta=self.prb_beta)
                    if self.use_prioritized_replay_buffer else RandomSampler())
         return TensorDictReplayBuffer(storage=storage, sampler=sampler, priority_key=(group, "td_error"))
 
     @override
     def group_batch(self, batch: TensorDictBase, group: str) -> TensorDictBase:
-        return batch.get(group)
+        sample = batch.get(group)
+        weight = sample.get("priority_weight", None)
+        if weight is not None and weight.dim() == 1:
+            # one importance weight per transition, applied to every agent's TD error
+            n_agents = len(self.task.group_map[group])
+            sample.set("priority_weight", weight.unsqueeze(-1).expand(-1, n_agents))
+        return sample
 
     @override
     def train_dataloader(self) -> OffPolicyData:
@@ -197,7 +204,10 @@ class OffPolicyAlgorithm(MarlAlgorithm):
     def on_train_batch_end(self, outputs: Any, batch: TensorDictBase, batch_idx: int) -> None:
         for group, updater in self._target_updaters.items():
             if self.use_prioritized_replay_buffer:
-                self.replay_buffers()[group].update_tensordict_priority(batch.get(group))
+                # a transition's priority is the largest TD error among the group's agents
+                sample = batch.get(group)
+                td_error = sample.get((group, "td_error")).reshape(sample.batch_size[0], -1).amax(-1)
+                self.replay_buffers()[group].update_priority(sample.get("index"), td_error)
             updater.step()
 
     # ------------------------------------------------------------------ checkpoints

@@ -1,0 +1,101 @@
+"""Prioritized experience replay in plain torch.
+
+torchrl's ``PrioritizedSampler`` keeps its sum/min segment trees in a C++ extension; torchrl 0.14.1's
+extension does not load against torch 2.13 (undefined symbol), so prioritized replay would not run on
+this stack at all. This sampler keeps the priorities in one tensor and samples by inverse transform
+(``cumsum`` + ``searchsorted``): O(N) per draw instead of O(log N), about a millisecond for a million
+transitions on a CPU, and it draws from torch's global generator, so it is restored by a checkpoint's
+RNG state like everything else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torchrl.data.replay_buffers.samplers import Sampler
+from torchrl.data.replay_buffers.storages import Storage
+
+
+class TensorPrioritizedSampler(Sampler):
+    """Proportional prioritized sampling (Schaul et al., 2016, "Prioritized Experience Replay").
+
+    Transition ``i`` is drawn with probability ``p_i / sum_j p_j`` where ``p_i = (|δ_i| + eps) ** alpha``;
+    new transitions get the largest priority seen so far. Each sample carries its importance weight
+    ``(p_i / min_j p_j) ** -beta`` under ``"priority_weight"`` (torchrl losses read it).
+
+    Args:
+        max_capacity: the storage's capacity.
+        alpha: how strongly priorities skew sampling (0: uniform).
+        beta: importance-sampling correction exponent.
+        eps: added to every priority so none is zero.
+    """
+
+    def __init__(self, max_capacity: int, alpha: float, beta: float, eps: float = 1e-8) -> None:
+        self.max_capacity = max_capacity
+        self.alpha = alpha
+        self.beta = beta
+        self.eps = eps
+        self._empty()
+
+    def _empty(self) -> None:
+        self._priority = torch.zeros(self.max_capacity, dtype=torch.float64)
+        self._max_priority = 1.0
+
+    @property
+    def default_priority(self) -> float:
+        return self._max_priority
+
+    def _transform(self, priority: torch.Tensor) -> torch.Tensor:
+        return (priority.to(torch.float64) + self.eps) ** self.alpha
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        n = len(storage)
+        if n == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        priority = self._priority[:n]
+        cumulative = priority.cumsum(0)
+        mass = torch.rand(batch_size, dtype=torch.float64) * cumulative[-1]
+        index = torch.searchsorted(cumulative, mass, right=True).clamp_max(n - 1)
+        weight = (priority[index] / priority.min()) ** (-self.beta)
+        return index, {"priority_weight": weight.to(torch.float32)}
+
+    def _set_default(self, index: torch.Tensor | int) -> None:
+        self._priority[torch.as_tensor(index, dtype=torch.long)] = self._transform(torch.tensor(self._max_priority))
+
+    def add(self, index: int) -> None:
+        self._set_default(index)
+
+    def extend(self, index: torch.Tensor) -> None:
+        self._set_default(index)
+
+    @torch.no_grad()
+    def update_priority(self, index: torch.Tensor | int, priority: torch.Tensor | float, *,
+                        storage: Storage | None = None) -> None:
+        index = torch.as_tensor(index, dtype=torch.long).reshape(-1).cpu()
+        priority = torch.as_tensor(priority).detach().reshape(-1).cpu()
+        if priority.numel() == 1:
+            priority = priority.expand(index.shape)
+        self._max_priority = max(self._max_priority, float(priority.max()))
+        self._priority[index] = self._transform(priority)
+
+    def mark_update(self, index: torch.Tensor | int, *, storage: Storage | None = None) -> None:
+        self._set_default(index)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"priority": self._priority.clone(), "max_priority": self._max_priority}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._priority = state_dict["priority"].clone()
+        self._max_priority = float(state_dict["max_priority"])
+
+    @property
+    def ran_out(self) -> bool:
+        return False
+
+    def dumps(self, path) -> None:
+        torch.save(self.state_dict(), Path(path) / "prioritized_sampler.pt")
+
+    def loads(self, path) -> None:
+        self.load_state_dict(torch.load(Path(path) / "prioritized_sampler.pt", weights_only=True))
