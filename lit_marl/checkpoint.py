@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import uuid
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -19,22 +20,73 @@ FORMAT_VERSION = 1
 LIGHTNING_CKPT_ALIASES = ("last", "best", "hpc", "registry")
 
 
+def _atomic_torch_save(obj: Any, path: Path) -> None:
+    """``torch.save`` to ``.<name>.tmp-<pid>`` then rename over ``path``: never a half-written file."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Writes ``<path>.tmp`` then renames it over ``<path>``: a kill never leaves a half-written file."""
+    """Atomic checkpoint files, with replay buffers in a sidecar file.
+
+    Replay buffers (``checkpoint["lit_marl"]["replay_buffers"]``) can be gigabytes; they go to
+    ``<checkpoint>.buffers-<token>`` beside the checkpoint, which records the token. The sidecar is written
+    before the checkpoint, each atomically, so a kill at any moment leaves a checkpoint whose sidecar
+    exists; older sidecars of the same checkpoint are removed after it is replaced, and a checkpoint
+    removed by ``ModelCheckpoint`` takes its sidecar with it. Both files load with ``weights_only=True``.
+    """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        meta = checkpoint.get("lit_marl", {})
+        buffers = meta.pop("replay_buffers", None)
+        token = None
         try:
-            with open(tmp, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            if buffers is not None:
+                token = uuid.uuid4().hex[:12]
+                _atomic_torch_save(buffers, _sidecar(path, token))
+                meta["replay_buffers_sidecar"] = token
+            _atomic_torch_save(checkpoint, path)
         finally:
-            if tmp.exists():
-                tmp.unlink()
+            if buffers is not None:  # leave the caller's dict as it was
+                meta["replay_buffers"] = buffers
+                meta.pop("replay_buffers_sidecar", None)
+        for old in _sidecars(path):
+            if token is None or not old.name.endswith(token):
+                old.unlink(missing_ok=True)
+
+    def load_checkpoint(self, path, map_location=lambda storage, loc: storage, weights_only=None) -> dict[str, Any]:
+        checkpoint = super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+        meta = checkpoint.get("lit_marl", {})
+        token = meta.pop("replay_buffers_sidecar", None)
+        if token is not None:
+            sidecar = _sidecar(Path(path).resolve(), token)
+            if not sidecar.is_file():
+                raise CheckpointError(f"ckpt_path: the replay buffers of {str(path)!r} ({sidecar.name}) are missing")
+            meta["replay_buffers"] = torch.load(sidecar, map_location="cpu", weights_only=True)
+        return checkpoint
+
+    def remove_checkpoint(self, path) -> None:
+        for sidecar in _sidecars(Path(path)):
+            sidecar.unlink(missing_ok=True)
+        super().remove_checkpoint(path)
+
+
+def _sidecar(path: Path, token: str) -> Path:
+    return path.with_name(f"{path.name}.buffers-{token}")
+
+
+def _sidecars(path: Path) -> list[Path]:
+    return sorted(path.parent.glob(f"{path.name}.buffers-*"))
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:

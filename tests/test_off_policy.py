@@ -11,6 +11,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lit_marl.algorithms import IDDPG, ISAC, MADDPG, MASAC
 from lit_marl.callbacks import MarlCallback
+from lit_marl.checkpoint import AtomicCheckpointIO
 from lit_marl.errors import ConfigError
 from lit_marl.models import Mlp
 from tests.conftest import tiny_task, tiny_trainer
@@ -107,8 +108,12 @@ def _fit(tmp_path, name, max_epochs, ckpt_path=None):
 
 def test_resume_restores_buffer_targets_noise_and_continues_exactly(tmp_path):
     first, _ = _fit(tmp_path, "first", max_epochs=2)
+    # the buffers live in a sidecar file beside the checkpoint; both load with weights_only=True
     checkpoint = torch.load(tmp_path / "first" / "last.ckpt", weights_only=True)
-    assert "replay_buffers" in checkpoint["lit_marl"]
+    token = checkpoint["lit_marl"]["replay_buffers_sidecar"]
+    sidecar = tmp_path / "first" / f"last.ckpt.buffers-{token}"
+    assert "replay_buffers" not in checkpoint["lit_marl"]
+    assert len(torch.load(sidecar, weights_only=True)["agents"]["_storage"]["_storage"]["agents.observation"]) == 1000
 
     straight, straight_trainer = _fit(tmp_path, "straight", max_epochs=4)
     resumed, resumed_trainer = _fit(tmp_path, "resumed", max_epochs=4, ckpt_path=tmp_path / "first" / "last.ckpt")
@@ -124,7 +129,7 @@ def test_resume_restores_buffer_targets_noise_and_continues_exactly(tmp_path):
 def test_resume_restores_the_buffer_contents(tmp_path):
     first, _ = _fit(tmp_path, "first", max_epochs=2)
     restored = MADDPG(tiny_task(), **ddpg_kwargs())
-    restored.on_load_checkpoint(torch.load(tmp_path / "first" / "last.ckpt", weights_only=True))
+    restored.on_load_checkpoint(AtomicCheckpointIO().load_checkpoint(tmp_path / "first" / "last.ckpt"))
     original, loaded = first.replay_buffers()["agents"], restored.replay_buffers()["agents"]
     assert len(loaded) == 80 and (original.storage[:80] == loaded.storage[:80]).all()
 
@@ -223,5 +228,32 @@ def test_prioritized_replay_updates_priorities_and_resumes_them(tmp_path, algori
     priority = model.replay_buffers()["agents"].sampler._priority[:80]
     assert priority.unique().numel() > 10  # TD errors replaced the uniform initial priority
     restored = algorithm(tiny_task(), **ddpg_kwargs(use_prioritized_replay_buffer=True))
-    restored.on_load_checkpoint(torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True))
+    restored.on_load_checkpoint(AtomicCheckpointIO().load_checkpoint(tmp_path / "ckpt" / "last.ckpt"))
     assert torch.equal(restored.replay_buffers()["agents"].sampler._priority, model.replay_buffers()["agents"].sampler._priority)
+
+
+def test_sidecar_files_follow_their_checkpoints(tmp_path):
+    pl.seed_everything(0)
+    model = MADDPG(tiny_task(), **ddpg_kwargs())
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, every_n_epochs=1, save_top_k=2,
+                                 monitor="counters/frames", mode="max", save_on_train_epoch_end=True,
+                                 filename="frames_{counters/frames:.0f}", auto_insert_metric_name=False)
+    tiny_trainer(tmp_path, max_epochs=4, callbacks=[checkpoint]).fit(model)
+    names = sorted(p.name.split(".buffers-")[0] + (".buffers" if ".buffers-" in p.name else "")
+                   for p in (tmp_path / "ckpt").iterdir())
+    # the two most recent checkpoints and last.ckpt, each with exactly one sidecar; older ones removed
+    assert names == ["frames_120.ckpt", "frames_120.ckpt.buffers", "frames_160.ckpt", "frames_160.ckpt.buffers",
+                     "last.ckpt", "last.ckpt.buffers"]
+    loaded = AtomicCheckpointIO().load_checkpoint(tmp_path / "ckpt" / "frames_120.ckpt")
+    assert len(loaded["lit_marl"]["replay_buffers"]["agents"]["_storage"]["_storage"]["agents.observation"]) == 1000
+
+
+def test_disk_buffer_lives_in_the_run_folder(tmp_path):
+    pl.seed_everything(0)
+    model = MADDPG(tiny_task(), **ddpg_kwargs(buffer_device="disk"))
+    trainer = tiny_trainer(tmp_path, max_epochs=1)
+    trainer.fit(model)
+    folder = tmp_path / "run" / "version_0" / "replay_buffers" / "agents"
+    assert trainer.log_dir == str(tmp_path / "run" / "version_0")
+    assert any(folder.rglob("*.memmap")), list(folder.rglob("*"))
+    assert len(model.replay_buffers()["agents"]) == 40
