@@ -42,6 +42,18 @@ from lit_marl.errors import ConfigError, positive_float, positive_int, unit_inte
 from lit_marl.utils import instantiate, rng_state, set_rng_state
 
 
+def _algorithms_for(continuous: bool) -> list[str]:
+    """Names of lit-marl's algorithms (classes with an ``algorithm_name``) that take such actions."""
+    found, pending = set(), list(MarlAlgorithm.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        supported = cls.supports_continuous_actions if continuous else cls.supports_discrete_actions
+        if supported and cls.algorithm_name and cls.__module__.startswith("lit_marl."):
+            found.add(cls.__name__)
+    return sorted(found)
+
+
 class MarlAlgorithm(pl.LightningModule, ABC):
     """Base of every lit-marl algorithm.
 
@@ -65,7 +77,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         seed: base seed of the training envs (linked to ``seed_everything`` on the command line).
     """
 
-    #: name written into checkpoints; a checkpoint only loads into the same algorithm
+    #: name written into checkpoints (a checkpoint only loads into the same algorithm); empty on bases
     algorithm_name: ClassVar[str] = ""
     #: trains on the frames just collected (True) or on a replay buffer (False)
     on_policy: ClassVar[bool] = False
@@ -92,6 +104,9 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         seed: int = 0,
     ) -> None:
         super().__init__()
+        if not self.algorithm_name:
+            concrete = ", ".join(c.__name__ for c in type(self).__subclasses__()) or "one of its subclasses"
+            raise TypeError(f"{type(self).__name__} is a base class without an algorithm_name; use {concrete}")
         # Validate everything cheap before any environment (even the probe) is built.
         self.task = instantiate(task, Task, "task")
         self.actor_model = instantiate(actor_model if actor_model is not None else Mlp(), ModelConfig, "actor_model")
@@ -147,18 +162,15 @@ class MarlAlgorithm(pl.LightningModule, ABC):
     # ------------------------------------------------------------------ checks
     def _check_action_space(self) -> None:
         continuous = self.task.continuous_actions
-        if continuous and not self.supports_continuous_actions:
-            raise ConfigError(
-                f"task.continuous_actions: {type(self).__name__} needs discrete actions, but the task "
-                f"{self.task.name} is continuous; allowed: continuous_actions=false, or an algorithm that "
-                f"supports continuous actions"
-            )
-        if not continuous and not self.supports_discrete_actions:
-            raise ConfigError(
-                f"task.continuous_actions: {type(self).__name__} needs continuous actions, but the task "
-                f"{self.task.name} is discrete; allowed: continuous_actions=true, or an algorithm that "
-                f"supports discrete actions"
-            )
+        if (self.supports_continuous_actions if continuous else self.supports_discrete_actions):
+            return
+        kind, other = ("continuous", "discrete") if continuous else ("discrete", "continuous")
+        fitting = ", ".join(_algorithms_for(continuous)) or "none yet"
+        raise ConfigError(
+            f"task.continuous_actions: {type(self).__name__} needs {other} actions, but the task {self.task.name} "
+            f"has {kind} actions; allowed: continuous_actions={str(not continuous).lower()}, or an algorithm for "
+            f"{kind} actions: {fitting}"
+        )
 
     def _validate_args(self) -> None:
         """Subclasses validate their own arguments here (called before any env is built)."""

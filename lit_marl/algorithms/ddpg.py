@@ -44,7 +44,7 @@ class DDPG(OffPolicyAlgorithm):
         use_tanh_mapping: squash the actor's output into the action bounds with tanh.
     """
 
-    algorithm_name: ClassVar[str] = "ddpg"
+    algorithm_name: ClassVar[str] = ""  # a base: use MADDPG or IDDPG
     supports_discrete_actions: ClassVar[bool] = False
     centralised_critic: ClassVar[bool] = True
 

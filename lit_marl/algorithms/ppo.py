@@ -43,7 +43,7 @@ class PPO(OnPolicyAlgorithm):
         minibatch_advantage: normalise advantages within each minibatch.
     """
 
-    algorithm_name: ClassVar[str] = "ppo"
+    algorithm_name: ClassVar[str] = ""  # a base: use MAPPO or IPPO
     #: MAPPO's critic sees every agent of the group (or the global state); IPPO's only its own agent
     centralised_critic: ClassVar[bool] = True
 

@@ -35,7 +35,7 @@ class SAC(OffPolicyAlgorithm):
         delay_qvalue: use target Q-networks for the TD targets.
     """
 
-    algorithm_name: ClassVar[str] = "sac"
+    algorithm_name: ClassVar[str] = ""  # a base: use MASAC or ISAC
     centralised_critic: ClassVar[bool] = True
 
     def __init__(
