@@ -52,7 +52,7 @@ class OffPolicyAlgorithm(MarlAlgorithm):
     """Base of replay-buffer algorithms (MADDPG, IDDPG, MASAC, ISAC, and the Q-learning family).
 
     Subclasses call :meth:`_set_off_policy_args` before ``super().__init__`` and
-    :meth:`_build_target_updaters` after it, and implement :meth:`_build_exploration` where the policy
+    :meth:`_build_off_policy_parts` after it, and implement :meth:`_build_exploration` where the policy
     explores by more than sampling.
     """
 
@@ -121,8 +121,9 @@ class OffPolicyAlgorithm(MarlAlgorithm):
         """A module appended to ``group``'s policy during collection (e.g. Gaussian noise); None for none."""
         return None
 
-    def _build_target_updaters(self) -> None:
-        """Target-network updaters of every group's loss; call after ``super().__init__``."""
+    def _build_off_policy_parts(self) -> None:
+        """Exploration modules, target-network updaters and runtime state; call after ``super().__init__``
+        (the losses, whose target networks the updaters move, exist only then)."""
         self.explorations = nn.ModuleDict(
             {g: e for g in self.groups if (e := self._build_exploration(g)) is not None}
         )

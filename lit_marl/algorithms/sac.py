@@ -112,7 +112,7 @@ class SAC(OffPolicyAlgorithm):
             evaluation_deterministic=evaluation_deterministic, evaluation_seed=evaluation_seed,
             test_episodes=test_episodes, seed=seed,
         )
-        self._build_target_updaters()
+        self._build_off_policy_parts()
 
     # ------------------------------------------------------------------ networks
     @override
