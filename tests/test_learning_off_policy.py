@@ -1,0 +1,53 @@
+"""The off-policy algorithms learn: evaluation return rises by a stated margin in a short budget.
+
+Marked ``learning`` (about a minute each on two cores): `pytest -m learning` runs them; CI runs them after
+the default suite.
+"""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from lit_marl.algorithms import IDDPG, ISAC, MADDPG, MASAC
+from lit_marl.envs import VmasTask
+from lit_marl.models import Mlp
+
+pytestmark = pytest.mark.learning
+
+
+def _mean_return(model, episodes: int = 50) -> float:
+    rollout = model.evaluate(seed=12345, num_envs=episodes)
+    return torch.stack(list(model.episode_returns(rollout).values())).mean().item()
+
+
+def _learn(algorithm, task, seed, iterations, **kwargs):
+    pl.seed_everything(seed)
+    model = algorithm(task, actor_model=Mlp([64, 64]), critic_model=Mlp([64, 64]), frames_per_batch=3000, num_envs=60,
+                      train_batch_size=256, memory_size=100_000, lr=3e-4, max_frames=3000 * iterations, seed=seed,
+                      **kwargs)
+    before = _mean_return(model)
+    pl.Trainer(max_epochs=-1, gradient_clip_val=5.0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+               enable_model_summary=False, limit_val_batches=0).fit(model)
+    after = _mean_return(model)
+    print(f"{algorithm.__name__} seed {seed}: mean evaluation return {before:.2f} -> {after:.2f} "
+          f"after {model.frames} frames")
+    return before, after
+
+
+@pytest.mark.parametrize("algorithm", [MADDPG, IDDPG])
+def test_ddpg_family_learns_balance(algorithm):
+    # Measured (seed 0): MADDPG -2.0 -> 24 after 72k frames; the margin leaves room for other seeds.
+    task = VmasTask("balance", max_steps=100, n_agents=4, package_mass=5, random_package_pos_on_line=True)
+    before, after = _learn(algorithm, task, seed=0, iterations=24, n_optimizer_steps=300,
+                           exploration_anneal_frames=36_000)
+    assert after - before >= 8.0
+
+
+@pytest.mark.parametrize("algorithm", [MASAC, ISAC])
+def test_sac_family_learns_navigation(algorithm):
+    # Measured (seed 0): MASAC -0.38 -> 0.51 after 54k frames (alpha_init 0.05).
+    task = VmasTask("navigation", max_steps=50, n_agents=2)
+    before, after = _learn(algorithm, task, seed=0, iterations=18, n_optimizer_steps=150, alpha_init=0.05)
+    assert after - before >= 0.5
