@@ -9,12 +9,13 @@ Per-group hooks a subclass overrides (BenchMARL's decomposition):
 
 - :meth:`_build_policy` / :meth:`_build_loss`: networks and torchrl loss of one group;
 - :meth:`process_batch`: what happens to a collected batch before training (e.g. GAE);
-- :meth:`loss`: the loss terms of one group on one minibatch; every ``loss_*`` entry is summed;
+- :meth:`loss`: the loss terms of one group on one minibatch; every ``loss`` / ``loss_*`` entry is summed;
 - :meth:`param_groups`: the optimizer parameter groups (named ``<group>/<role>``) of one group.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
@@ -135,8 +136,9 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         self._validate_args()
 
         self.save_hyperparameters(ignore=["task", "actor_model", "critic_model"])
-        configs = {"task": self.task.to_config(), "actor_model": self.actor_model.to_config(),
-                   "critic_model": self.critic_model.to_config()}
+        init_args = inspect.signature(type(self).__init__).parameters
+        configs = {name: getattr(self, name).to_config() for name in ("task", "actor_model", "critic_model")
+                   if name in init_args}
         self.hparams.update(configs)
         self._hparams_initial.update(configs)
 
@@ -208,7 +210,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         return batch
 
     def loss(self, group: str, batch: TensorDictBase) -> TensorDictBase:
-        """Loss terms of ``group`` on a minibatch: every ``loss_*`` entry is summed into the objective,
+        """Loss terms of ``group`` on a minibatch: every ``loss`` or ``loss_*`` entry is summed into the objective,
         every other scalar is logged. Override to add terms::
 
             def loss(self, group, batch):
@@ -347,10 +349,10 @@ class MarlAlgorithm(pl.LightningModule, ABC):
                 if not isinstance(value, torch.Tensor) or value.numel() != 1:
                     continue
                 self._record(f"train/{group}/{name}", value)
-                if name.startswith("loss_"):
+                if name == "loss" or name.startswith("loss_"):
                     total = value if total is None else total + value
         if total is None:
-            raise RuntimeError(f"{type(self).__name__}.loss returned no 'loss_*' term for any group")
+            raise RuntimeError(f"{type(self).__name__}.loss returned no 'loss' or 'loss_*' term for any group")
         return total
 
     @override

@@ -1,0 +1,225 @@
+"""Value-based MARL: IQL, VDN and QMIX (discrete actions).
+
+IQL (Tan, 1993) trains each agent's Q-function on its own TD error. VDN (Sunehag et al., 2018) sums the
+chosen-action values of a group's agents into a team value; QMIX (Rashid et al., 2018) mixes them with a
+monotonic hypernetwork conditioned on the global state (or, where the task has none, on the group's
+concatenated observations). Both are trained on the team reward (the mean of the agents' rewards) with
+torchrl's ``QMixerLoss``; IQL uses ``DQNLoss``. Exploration is epsilon-greedy, annealed over frames.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.modules import EGreedyModule, QMixer, QValueModule, VDNMixer
+from torchrl.objectives import DQNLoss, QMixerLoss, ValueEstimators
+from typing_extensions import override
+
+from lit_marl.algorithms.off_policy import OffPolicyAlgorithm
+from lit_marl.envs.base import Task
+from lit_marl.errors import ConfigError, positive_int
+from lit_marl.models import ModelConfig
+
+
+class QLearning(OffPolicyAlgorithm):
+    """Q-learning per group, the shared base of :class:`IQL`, :class:`VDN` and :class:`QMIX`.
+
+    Args (beyond the off-policy arguments of :class:`~lit_marl.algorithms.ddpg.DDPG`):
+        actor_model: the Q-network of each agent (observation → one value per action).
+        share_policy_params: one Q-network shared by all agents of a group.
+        exploration_eps_init / exploration_eps_end: epsilon of epsilon-greedy, annealed linearly over
+            ``exploration_anneal_frames`` (default: a third of ``max_frames``).
+        loss_function: ``l2``, ``l1`` or ``smooth_l1`` distance of the TD error.
+        delay_value: use a target Q-network (and target mixer) for the TD targets.
+        double_dqn: IQL only: choose the next action with the online network, value it with the target one.
+        mixing_embed_dim: QMIX only: width of the mixing network.
+    """
+
+    algorithm_name: ClassVar[str] = ""  # a base: use IQL, VDN or QMIX
+    supports_continuous_actions: ClassVar[bool] = False
+    #: None (independent), "vdn" or "qmix"
+    mixer: ClassVar[str | None] = None
+
+    def __init__(
+        self,
+        task: Task,
+        actor_model: ModelConfig | None = None,
+        share_policy_params: bool = True,
+        frames_per_batch: int = 6000,
+        num_envs: int = 10,
+        max_frames: int = 3_000_000,
+        n_optimizer_steps: int = 1000,
+        train_batch_size: int = 128,
+        memory_size: int = 1_000_000,
+        init_random_frames: int = 0,
+        use_prioritized_replay_buffer: bool = False,
+        prb_alpha: float = 0.6,
+        prb_beta: float = 0.4,
+        buffer_device: Literal["cpu", "train", "disk"] = "cpu",
+        lr: float = 5e-5,
+        adam_eps: float = 1e-6,
+        gamma: float = 0.99,
+        soft_target_update: bool = True,
+        polyak_tau: float = 0.005,
+        hard_target_update_frequency: int = 5,
+        exploration_eps_init: float = 0.8,
+        exploration_eps_end: float = 0.01,
+        exploration_anneal_frames: int | None = None,
+        loss_function: Literal["l2", "l1", "smooth_l1"] = "l2",
+        delay_value: bool = True,
+        double_dqn: bool = False,
+        mixing_embed_dim: int = 32,
+        evaluation_episodes: int = 10,
+        evaluation_batch_size: int | None = None,
+        evaluation_deterministic: bool = True,
+        evaluation_seed: int | None = None,
+        test_episodes: int = 100,
+        seed: int = 0,
+    ) -> None:
+        self._set_off_policy_args(
+            n_optimizer_steps, train_batch_size, memory_size, init_random_frames, use_prioritized_replay_buffer,
+            prb_alpha, prb_beta, buffer_device, soft_target_update, polyak_tau, hard_target_update_frequency,
+            exploration_eps_init, exploration_eps_end, exploration_anneal_frames,
+        )
+        if loss_function not in ("l2", "l1", "smooth_l1"):
+            raise ConfigError(f"loss_function: {loss_function!r} is not one of 'l2', 'l1', 'smooth_l1'")
+        self.loss_function = loss_function
+        self.delay_value = bool(delay_value)
+        self.double_dqn = bool(double_dqn)
+        self.mixing_embed_dim = positive_int("mixing_embed_dim", mixing_embed_dim)
+        super().__init__(
+            task=task, actor_model=actor_model, critic_model=None, share_policy_params=share_policy_params,
+            frames_per_batch=frames_per_batch, num_envs=num_envs, max_frames=max_frames, lr=lr, adam_eps=adam_eps,
+            gamma=gamma, evaluation_episodes=evaluation_episodes, evaluation_batch_size=evaluation_batch_size,
+            evaluation_deterministic=evaluation_deterministic, evaluation_seed=evaluation_seed,
+            test_episodes=test_episodes, seed=seed,
+        )
+        self._build_off_policy_parts()
+
+    # ------------------------------------------------------------------ networks
+    @override
+    def _build_policy(self, group: str) -> TensorDictSequential:
+        """Q-values of every action, then the greedy action: ``(group, "action_value")``,
+        ``(group, "action")`` and ``(group, "chosen_action_value")``."""
+        specs = self.task.specs
+        action_spec = specs.group_action_spec(group)
+        net = self.actor_model.build_multi_agent(specs.observation_spec[group, "observation"].shape[-1],
+                                                 action_spec.space.n, specs.n_agents(group), centralised=False,
+                                                 share_params=self.share_policy_params)
+        return TensorDictSequential(
+            TensorDictModule(net, in_keys=[(group, "observation")], out_keys=[(group, "action_value")]),
+            QValueModule(action_value_key=(group, "action_value"), spec=action_spec[0],  # one agent's spec
+                         out_keys=[(group, "action"), (group, "action_value"), (group, "chosen_action_value")]),
+        )
+
+    @override
+    def _build_exploration(self, group: str) -> EGreedyModule:
+        return EGreedyModule(spec=self.task.specs.group_action_spec(group), eps_init=self.exploration_eps_init,
+                             eps_end=self.exploration_eps_end, annealing_num_steps=self.anneal_frames,
+                             action_key=(group, "action"))
+
+    def _build_mixer(self, group: str) -> TensorDictModule:
+        n_agents = self.task.specs.n_agents(group)
+        out = [(_team(group), "global_value")]
+        if self.mixer == "vdn":
+            return TensorDictModule(VDNMixer(n_agents, device="cpu"), in_keys=[(group, "chosen_action_value")],
+                                    out_keys=out)
+        if self.task.has_state:
+            state_key, state_shape = self.task.state_key, tuple(self.task.specs.state_spec.shape)
+        else:  # no global state: condition the mixer on the group's concatenated observations
+            state_key = (group, "observation")
+            state_shape = tuple(self.task.specs.observation_spec[group, "observation"].shape)
+        mixer = QMixer(state_shape=state_shape, mixing_embed_dim=self.mixing_embed_dim, n_agents=n_agents,
+                       device="cpu")
+        return TensorDictModule(mixer, in_keys=[(group, "chosen_action_value"), state_key], out_keys=out)
+
+    @override
+    def _build_loss(self, group: str) -> DQNLoss | QMixerLoss:
+        action_spec = self.task.specs.group_action_spec(group)
+        if self.mixer is None:
+            loss = DQNLoss(self.policies[group], loss_function=self.loss_function, delay_value=self.delay_value,
+                           double_dqn=self.double_dqn, action_space=action_spec)
+            loss.set_keys(action_value=(group, "action_value"), action=(group, "action"),
+                          value=(group, "chosen_action_value"), reward=(group, "reward"), done=(group, "done"),
+                          terminated=(group, "terminated"), priority=(group, "td_error"))
+        else:
+            loss = QMixerLoss(self.policies[group], self._build_mixer(group), loss_function=self.loss_function,
+                              delay_value=self.delay_value, action_space=action_spec)
+            team = _team(group)
+            loss.set_keys(action_value=(group, "action_value"), local_value=(group, "chosen_action_value"),
+                          global_value=(team, "global_value"), action=(group, "action"), reward=(team, "reward"),
+                          done=(team, "done"), terminated=(team, "terminated"), priority=(team, "td_error"))
+        loss.make_value_estimator(ValueEstimators.TD0, gamma=self.gamma)
+        return loss
+
+    @override
+    def param_groups(self, group: str) -> dict[str, list[nn.Parameter]]:
+        groups = {"actor": list(self.policies[group].parameters())}
+        if self.mixer is not None:
+            groups["mixer"] = list(self.losses[group].mixer_network_params.values(True, True))
+        return groups
+
+    # ------------------------------------------------------------------ data
+    @override
+    def process_batch(self, batch: TensorDictBase) -> TensorDictBase:
+        """Per-group done flags; for mixers also the team's reward (mean over agents) and done flags at
+        ``("next", "<group>_team", …)``, where the mixed value's TD target reads them."""
+        batch = super().process_batch(batch)
+        if self.mixer is None:
+            return batch
+        nxt = batch.get("next")
+        for group in self.groups:
+            team = _team(group)
+            nxt.set((team, "reward"), nxt.get((group, "reward")).mean(-2))
+            for key in ("done", "terminated"):
+                nxt.set((team, key), nxt.get((group, key)).any(-2))
+        return batch
+
+    @override
+    def group_keys(self, group: str) -> list:
+        keys = super().group_keys(group)
+        if self.mixer is not None:  # the mixer's TD target reads the team's entries
+            keys += [("next", _team(group), k) for k in ("reward", "done", "terminated")]
+        return list(dict.fromkeys(keys))
+
+    @override
+    def on_train_batch_end(self, outputs, batch: TensorDictBase, batch_idx: int) -> None:
+        if self.use_prioritized_replay_buffer and self.mixer is not None:
+            for group in self.groups:  # one TD error per transition already: the team's
+                sample = batch.get(group)
+                self.replay_buffers()[group].update_priority(sample.get("index"),
+                                                             sample.get((_team(group), "td_error")).reshape(-1))
+            for updater in self._target_updaters.values():
+                updater.step()
+            return
+        super().on_train_batch_end(outputs, batch, batch_idx)
+
+
+def _team(group: str) -> str:
+    """Root-level key of a group's team entries (reward, done, mixed value): shape ``[*B, 1]``."""
+    return f"{group}_team"
+
+
+class IQL(QLearning):
+    """Independent Q-learning: every agent learns its own Q-function from its own reward."""
+
+    algorithm_name: ClassVar[str] = "iql"
+    mixer: ClassVar[str | None] = None
+
+
+class VDN(QLearning):
+    """Value decomposition networks: the team value is the sum of the agents' chosen-action values."""
+
+    algorithm_name: ClassVar[str] = "vdn"
+    mixer: ClassVar[str | None] = "vdn"
+
+
+class QMIX(QLearning):
+    """QMIX: a monotonic hypernetwork mixes the agents' chosen-action values, conditioned on the global
+    state (or the group's observations where the task has no state)."""
+
+    algorithm_name: ClassVar[str] = "qmix"
+    mixer: ClassVar[str | None] = "qmix"

@@ -1,0 +1,84 @@
+"""IQL, VDN, QMIX: epsilon-greedy exploration, mixers, target networks, bad input."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torchrl.modules import QMixer
+
+from lit_marl.algorithms import IQL, MAPPO, QMIX, VDN
+from lit_marl.errors import ConfigError
+from lit_marl.models import Mlp
+from tests.conftest import tiny_task, tiny_trainer
+
+
+def q_kwargs(**overrides) -> dict:
+    kwargs = dict(actor_model=Mlp([32, 32]), frames_per_batch=40, num_envs=4, n_optimizer_steps=4, train_batch_size=16,
+                  memory_size=1000, max_frames=400, evaluation_episodes=4, lr=1e-3)
+    kwargs.update(overrides)
+    return kwargs
+
+
+@pytest.mark.parametrize("algorithm", [IQL, VDN, QMIX])
+def test_fit_anneals_epsilon_trains_and_moves_targets(tmp_path, algorithm):
+    pl.seed_everything(0)
+    model = algorithm(tiny_task(continuous_actions=False), **q_kwargs())
+    before = [p.detach().clone() for p in model.parameters()]
+    target_name = "target_value_network_params" if algorithm is IQL else "target_local_value_network_params"
+    target_before = getattr(model.losses["agents"], target_name).clone()
+    trainer = tiny_trainer(tmp_path, max_epochs=2)
+    trainer.fit(model)
+    assert model.explorations["agents"].eps.item() == pytest.approx(0.8 - 0.79 * 80 / 133, abs=1e-5)
+    assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+    target_after = getattr(model.losses["agents"], target_name)
+    assert any(not torch.equal(target_before[k], target_after[k]) for k in target_after.keys(True, True))
+    assert torch.isfinite(trainer.callback_metrics["train/agents/loss"])
+    expected_groups = ["agents/actor"] + (["agents/mixer"] if algorithm is QMIX else [])  # VDN's sum has no weights
+    assert [g["name"] for g in trainer.optimizers[0].param_groups] == expected_groups
+
+
+def test_evaluation_acts_greedily():
+    model = IQL(tiny_task(continuous_actions=False), **q_kwargs())
+    rollout = model.evaluate(seed=0, num_envs=3)
+    greedy = rollout.get(("agents", "action_value")).argmax(-1)
+    assert torch.equal(rollout.get(("agents", "action")), greedy)
+
+
+def test_vdn_team_value_is_the_sum_of_agent_values():
+    model = VDN(tiny_task(continuous_actions=False), **q_kwargs())
+    mixer = model.losses["agents"].mixer_network
+    td = model.task.make_env(num_envs=5, seed=0).reset()
+    td = model.policy(td)
+    mixed = mixer(td.clone()).get(("agents_team", "global_value"))
+    torch.testing.assert_close(mixed, td.get(("agents", "chosen_action_value")).sum(-2))
+
+
+def test_qmix_mixer_is_monotonic_in_every_agent_value():
+    torch.manual_seed(0)
+    mixer = QMixer(state_shape=(3, 14), mixing_embed_dim=32, n_agents=3, device="cpu")
+    values = torch.randn(256, 3, 1)
+    state = torch.randn(256, 3, 14)
+    base = mixer(values, state)
+    for agent in range(3):
+        raised = values.clone()
+        raised[:, agent] += torch.rand(256, 1) + 1e-3
+        assert (mixer(raised, state) >= base - 1e-6).all()
+
+
+def test_qmix_conditions_on_the_group_observations_without_a_state():
+    model = QMIX(tiny_task(continuous_actions=False), **q_kwargs())
+    assert model.losses["agents"].mixer_network.in_keys == [("agents", "chosen_action_value"), ("agents", "observation")]
+
+
+def test_value_based_algorithm_refuses_continuous_actions_and_names_what_fits():
+    with pytest.raises(ConfigError, match="QMIX needs discrete actions") as err:
+        QMIX(tiny_task(), **q_kwargs())
+    assert str(err.value).endswith(
+        "algorithm for continuous actions: IDDPG, IPPO, ISAC, MADDPG, MAPPO, MASAC")
+    assert MAPPO.supports_continuous_actions
+
+
+def test_bad_q_learning_argument_names_field():
+    with pytest.raises(ConfigError, match="mixing_embed_dim: must be a positive integer, got 0"):
+        QMIX(tiny_task(continuous_actions=False), **q_kwargs(mixing_embed_dim=0))
