@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import torch
-from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
+from tensordict import TensorDictBase
+from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from torch import nn
-from torchrl.modules import IndependentNormal, ProbabilisticActor, TanhNormal
+from torchrl.modules import IndependentNormal, MaskedCategorical, ProbabilisticActor, TanhNormal
 
 from lit_marl.envs.base import Task
 from lit_marl.models import ModelConfig
+
+
+#: logit given to illegal actions (finite, so 0 * log p stays 0)
+MASKED_LOGIT = -1e9
 
 
 class Concat(nn.Module):
@@ -56,10 +61,41 @@ def stochastic_policy(task: Task, group: str, model: ModelConfig, share_params: 
         )
     net = model.build_multi_agent(obs_dim, action_spec.space.n, n_agents, centralised=False, share_params=share_params)
     module = TensorDictModule(net, in_keys=[(group, "observation")], out_keys=[(group, "logits")])
-    return ProbabilisticActor(
-        module, spec=action_spec, in_keys={"logits": (group, "logits")}, out_keys=[(group, "action")],
-        distribution_class=torch.distributions.Categorical, return_log_prob=True,
-    )
+    mask_key = task.action_mask_key(group)
+    if mask_key is None:
+        in_keys, dist_class, dist_kwargs = {"logits": (group, "logits")}, torch.distributions.Categorical, {}
+    else:
+        # Illegal actions get probability 0 (never sampled, never the mode). Their logit is a large finite
+        # negative number rather than -inf: losses that take expectations over all actions (discrete SAC)
+        # multiply probability by log-probability, and 0 * -inf would be NaN.
+        in_keys, dist_class = {"logits": (group, "logits"), "mask": mask_key}, MaskedCategorical
+        dist_kwargs = {"neg_inf": MASKED_LOGIT}
+        module = TensorDictSequential(MaskGuard(task, group), module)
+    return ProbabilisticActor(module, spec=action_spec, in_keys=in_keys, out_keys=[(group, "action")],
+                              distribution_class=dist_class, distribution_kwargs=dist_kwargs, return_log_prob=True)
+
+
+class MaskGuard(TensorDictModuleBase):
+    """Stops with a clear error when an agent has no legal action (instead of a NaN deep in a distribution)."""
+
+    def __init__(self, task: Task, group: str) -> None:
+        super().__init__()
+        self.group = group
+        self.agents = list(task.group_map[group])
+        self.in_keys = [task.action_mask_key(group)]
+        self.out_keys = []
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        mask = tensordict.get(self.in_keys[0])
+        legal = mask.any(-1)
+        if not bool(legal.all()):
+            where = (~legal).nonzero()[0].tolist()
+            agent = self.agents[where[-1]]
+            raise ValueError(
+                f"action mask: agent {agent!r} of group {self.group!r} has no legal action "
+                f"(batch index {tuple(where[:-1])}); every agent needs at least one True in its action_mask"
+            )
+        return tensordict
 
 
 def q_critic(task: Task, group: str, model: ModelConfig, centralised: bool, share_params: bool

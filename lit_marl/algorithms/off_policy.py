@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
 
+import torch
 from tensordict import TensorDictBase
 from tensordict.utils import unravel_key
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
@@ -32,10 +33,12 @@ BUFFER_DEVICES = ("cpu", "train", "disk")
 class RandomUntil(TensorDictModuleBase):
     """Steps the wrapped policy, or uniformly random actions while ``active`` (``init_random_frames``)."""
 
-    def __init__(self, policy: TensorDictModuleBase, action_specs: dict[tuple, Any]) -> None:
+    def __init__(self, policy: TensorDictModuleBase, action_specs: dict[tuple, Any],
+                 mask_keys: dict[tuple, tuple | None]) -> None:
         super().__init__()
         self.policy = policy
         self.action_specs = action_specs
+        self.mask_keys = mask_keys
         self.in_keys = policy.in_keys
         self.out_keys = policy.out_keys
         self.active = False
@@ -44,7 +47,12 @@ class RandomUntil(TensorDictModuleBase):
         if not self.active:
             return self.policy(tensordict)
         for key, spec in self.action_specs.items():
-            tensordict.set(key, spec.rand(tensordict.batch_size).to(tensordict.device))
+            mask_key = self.mask_keys.get(key)
+            if mask_key is None:
+                action = spec.rand(tensordict.batch_size).to(tensordict.device)
+            else:  # uniform over the legal actions
+                action = torch.distributions.Categorical(probs=tensordict.get(mask_key).float()).sample()
+            tensordict.set(key, action)
         return tensordict
 
 
@@ -144,7 +152,8 @@ class OffPolicyAlgorithm(MarlAlgorithm):
             if group in self.explorations:
                 modules.append(self.explorations[group])
         specs = {(g, "action"): self.task.specs.group_action_spec(g).to(self.device) for g in self.groups}
-        self._random_switch["policy"] = RandomUntil(TensorDictSequential(*modules), specs)
+        masks = {(g, "action"): self.task.action_mask_key(g) for g in self.groups}
+        self._random_switch["policy"] = RandomUntil(TensorDictSequential(*modules), specs, masks)
         return self._random_switch["policy"]
 
     # ------------------------------------------------------------------ buffers

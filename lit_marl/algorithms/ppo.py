@@ -183,6 +183,8 @@ class PPO(OnPolicyAlgorithm):
                      (group, "advantage"), (group, "value_target"), (group, "state_value")]
             if self.task.has_state:
                 keys.append(self.task.state_key)
+            if self.task.action_mask_key(group) is not None:
+                keys.append(self.task.action_mask_key(group))
         return list(dict.fromkeys(keys))
 
 

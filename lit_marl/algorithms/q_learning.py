@@ -18,6 +18,7 @@ from torchrl.modules import EGreedyModule, QMixer, QValueModule, VDNMixer
 from torchrl.objectives import DQNLoss, QMixerLoss, ValueEstimators
 from typing_extensions import override
 
+from lit_marl.algorithms.common import MaskGuard
 from lit_marl.algorithms.off_policy import OffPolicyAlgorithm
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, positive_int
@@ -109,9 +110,13 @@ class QLearning(OffPolicyAlgorithm):
         net = self.actor_model.build_multi_agent(specs.observation_spec[group, "observation"].shape[-1],
                                                  action_spec.space.n, specs.n_agents(group), centralised=False,
                                                  share_params=self.share_policy_params)
+        mask_key = self.task.action_mask_key(group)  # illegal actions are never the argmax, nor a target's max
+        modules = [MaskGuard(self.task, group)] if mask_key is not None else []
         return TensorDictSequential(
+            *modules,
             TensorDictModule(net, in_keys=[(group, "observation")], out_keys=[(group, "action_value")]),
             QValueModule(action_value_key=(group, "action_value"), spec=action_spec[0],  # one agent's spec
+                         action_mask_key=mask_key,
                          out_keys=[(group, "action"), (group, "action_value"), (group, "chosen_action_value")]),
         )
 
@@ -119,7 +124,7 @@ class QLearning(OffPolicyAlgorithm):
     def _build_exploration(self, group: str) -> EGreedyModule:
         return EGreedyModule(spec=self.task.specs.group_action_spec(group), eps_init=self.exploration_eps_init,
                              eps_end=self.exploration_eps_end, annealing_num_steps=self.anneal_frames,
-                             action_key=(group, "action"))
+                             action_key=(group, "action"), action_mask_key=self.task.action_mask_key(group))
 
     def _build_mixer(self, group: str) -> TensorDictModule:
         n_agents = self.task.specs.n_agents(group)

@@ -131,6 +131,11 @@ class Task(Configurable, ABC):
     def has_state(self) -> bool:
         return self.state_key is not None
 
+    def action_mask_key(self, group: str) -> tuple[str, str] | None:
+        """``(group, "action_mask")`` where the task marks each agent's legal discrete actions (True = legal)."""
+        key = (group, "action_mask")
+        return key if key in self.specs.observation_spec.keys(include_nested=True) else None
+
     def render(self, env: EnvBase, env_index: int = 0):
         """An RGB frame (H, W, 3 uint8 array) of one sub-environment, for videos."""
         raise NotImplementedError(f"{type(self).__name__} does not support rendering")
