@@ -82,3 +82,25 @@ def test_value_based_algorithm_refuses_continuous_actions_and_names_what_fits():
 def test_bad_q_learning_argument_names_field():
     with pytest.raises(ConfigError, match="mixing_embed_dim: must be a positive integer, got 0"):
         QMIX(tiny_task(continuous_actions=False), **q_kwargs(mixing_embed_dim=0))
+
+
+@pytest.mark.parametrize("algorithm", [IQL, VDN, QMIX])
+def test_value_based_algorithms_learn_navigation(algorithm):
+    # Measured (seed 0): IQL -2.83 -> 1.43, VDN -2.83 -> 1.51, QMIX -2.83 -> 0.93 after 54k frames (~20 s each).
+    from lit_marl.envs import VmasTask
+
+    pl.seed_everything(0)
+    task = VmasTask("navigation", max_steps=50, continuous_actions=False, n_agents=2)
+    model = algorithm(task, actor_model=Mlp([64, 64]), frames_per_batch=3000, num_envs=60, n_optimizer_steps=150,
+                      train_batch_size=256, memory_size=100_000, lr=3e-4, max_frames=54_000,
+                      exploration_anneal_frames=27_000)
+
+    def mean_return() -> float:
+        return model.episode_returns(model.evaluate(seed=12345, num_envs=50))["agents"].mean().item()
+
+    before = mean_return()
+    pl.Trainer(max_epochs=-1, gradient_clip_val=5.0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+               enable_model_summary=False, limit_val_batches=0).fit(model)
+    after = mean_return()
+    print(f"{algorithm.__name__}: mean evaluation return {before:.2f} -> {after:.2f} after {model.frames} frames")
+    assert after - before >= 2.0
