@@ -104,3 +104,14 @@ def test_value_based_algorithms_learn_navigation(algorithm):
     after = mean_return()
     print(f"{algorithm.__name__}: mean evaluation return {before:.2f} -> {after:.2f} after {model.frames} frames")
     assert after - before >= 2.0
+
+
+def test_qmix_mixer_reads_the_global_state_where_the_task_has_one():
+    from tests.test_global_state import SpreadWithState
+
+    task = SpreadWithState("simple_spread", max_steps=10, continuous_actions=False)
+    assert QMIX(task, **q_kwargs()).losses["agents"].mixer_network.in_keys[1] == "state"
+    forced = QMIX(task, **q_kwargs(mixer_input="observations"))
+    assert forced.losses["agents"].mixer_network.in_keys[1] == ("agents", "observation")
+    with pytest.raises(ConfigError, match="mixer_input: 'state' but the task 'vmas/simple_spread' has no global state"):
+        QMIX(tiny_task(continuous_actions=False), **q_kwargs(mixer_input="state"))

@@ -37,6 +37,8 @@ class QLearning(OffPolicyAlgorithm):
         delay_value: use a target Q-network (and target mixer) for the TD targets.
         double_dqn: IQL only: choose the next action with the online network, value it with the target one.
         mixing_embed_dim: QMIX only: width of the mixing network.
+        mixer_input: QMIX only: what the mixer is conditioned on: ``state`` (the task's global state),
+            ``observations`` (the group's concatenated observations) or ``auto`` (the state where there is one).
     """
 
     algorithm_name: ClassVar[str] = ""  # a base: use IQL, VDN or QMIX
@@ -73,6 +75,7 @@ class QLearning(OffPolicyAlgorithm):
         delay_value: bool = True,
         double_dqn: bool = False,
         mixing_embed_dim: int = 32,
+        mixer_input: Literal["auto", "state", "observations"] = "auto",
         evaluation_episodes: int = 10,
         evaluation_batch_size: int | None = None,
         evaluation_deterministic: bool = True,
@@ -91,6 +94,9 @@ class QLearning(OffPolicyAlgorithm):
         self.delay_value = bool(delay_value)
         self.double_dqn = bool(double_dqn)
         self.mixing_embed_dim = positive_int("mixing_embed_dim", mixing_embed_dim)
+        if mixer_input not in ("auto", "state", "observations"):
+            raise ConfigError(f"mixer_input: {mixer_input!r} is not one of 'auto', 'state', 'observations'")
+        self.mixer_input = mixer_input
         super().__init__(
             task=task, actor_model=actor_model, critic_model=None, share_policy_params=share_policy_params,
             frames_per_batch=frames_per_batch, num_envs=num_envs, max_frames=max_frames, lr=lr, adam_eps=adam_eps,
@@ -99,6 +105,15 @@ class QLearning(OffPolicyAlgorithm):
             test_episodes=test_episodes, seed=seed,
         )
         self._build_off_policy_parts()
+
+    @override
+    def _validate_args(self) -> None:
+        super()._validate_args()
+        if self.mixer_input == "state" and self.mixer == "qmix" and not self.task.has_state:
+            raise ConfigError(
+                f"mixer_input: 'state' but the task {self.task.name!r} has no global state; allowed: "
+                f"'observations' or 'auto' (the group's concatenated observations)"
+            )
 
     # ------------------------------------------------------------------ networks
     @override
@@ -132,7 +147,7 @@ class QLearning(OffPolicyAlgorithm):
         if self.mixer == "vdn":
             return TensorDictModule(VDNMixer(n_agents, device="cpu"), in_keys=[(group, "chosen_action_value")],
                                     out_keys=out)
-        if self.task.has_state:
+        if self.task.has_state and self.mixer_input != "observations":
             state_key, state_shape = self.task.state_key, tuple(self.task.specs.state_spec.shape)
         else:  # no global state: condition the mixer on the group's concatenated observations
             state_key = (group, "observation")
