@@ -115,3 +115,24 @@ def test_qmix_mixer_reads_the_global_state_where_the_task_has_one():
     assert forced.losses["agents"].mixer_network.in_keys[1] == ("agents", "observation")
     with pytest.raises(ConfigError, match="mixer_input: 'state' but the task 'vmas/simple_spread' has no global state"):
         QMIX(tiny_task(continuous_actions=False), **q_kwargs(mixer_input="state"))
+
+
+def test_qmix_resume_continues_exactly(tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    def fit(name, max_epochs, ckpt_path=None):
+        pl.seed_everything(0)
+        model = QMIX(tiny_task(continuous_actions=False), **q_kwargs())
+        checkpoint = ModelCheckpoint(dirpath=tmp_path / name, save_last=True, every_n_epochs=1,
+                                     save_on_train_epoch_end=True)
+        tiny_trainer(tmp_path / name, max_epochs=max_epochs, callbacks=[checkpoint],
+                     check_val_every_n_epoch=5).fit(model, ckpt_path=ckpt_path)
+        return model
+
+    fit("first", 2)
+    straight, resumed = fit("straight", 4), fit("resumed", 4, tmp_path / "first" / "last.ckpt")
+    assert resumed.frames == straight.frames == 160
+    assert torch.equal(resumed.explorations["agents"].eps, straight.explorations["agents"].eps)
+    assert len(resumed.replay_buffers()["agents"]) == 160
+    for key, value in straight.state_dict().items():
+        assert torch.equal(value, resumed.state_dict()[key]), key
