@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from tensordict import TensorDictBase
-from tensordict.utils import unravel_key
+from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import unravel_key, unravel_key_list
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage, RandomSampler, TensorDictReplayBuffer
@@ -172,7 +172,7 @@ class OffPolicyAlgorithm(MarlAlgorithm):
             self._replay_buffer_map = {g: self._make_buffer(g) for g in self.groups}
             if self._restored is not None and "replay_buffers" in self._restored:
                 for group, state in self._restored.pop("replay_buffers").items():
-                    self._replay_buffer_map[group].load_state_dict(state)
+                    _load_buffer_state(self._replay_buffer_map[group], state)
         return self._replay_buffer_map
 
     def _make_buffer(self, group: str) -> TensorDictReplayBuffer:
@@ -226,7 +226,7 @@ class OffPolicyAlgorithm(MarlAlgorithm):
         super().on_save_checkpoint(checkpoint)
         meta = checkpoint["lit_marl"]
         if self._replay_buffer_map is not None:
-            meta["replay_buffers"] = {g: b.state_dict() for g, b in self._replay_buffer_map.items()}
+            meta["replay_buffers"] = {g: _buffer_state(b) for g, b in self._replay_buffer_map.items()}
         meta["target_updaters"] = {g: _updater_state(u) for g, u in self._target_updaters.items()}
 
     @override
@@ -234,6 +234,36 @@ class OffPolicyAlgorithm(MarlAlgorithm):
         super().on_load_checkpoint(checkpoint)
         for group, state in checkpoint["lit_marl"].get("target_updaters", {}).items():
             _set_updater_state(self._target_updaters[group], state)
+
+
+def _buffer_state(buffer: TensorDictReplayBuffer) -> dict[str, Any]:
+    """The filled part of a buffer (not its whole capacity: an early checkpoint of a 1M-transition buffer
+    would otherwise be mostly zeros), its write cursor and its sampler's state, as plain tensors."""
+    n = len(buffer)
+    data = buffer.storage.get(slice(0, n)).exclude("index") if n else TensorDict()
+    return {
+        "data": data.to_dict(),
+        # nested TensorDicts keep their own batch dims (e.g. a group's [n, n_agents])
+        "batch_sizes": {"/".join(unravel_key_list([key])[0] if isinstance(key, tuple) else (key,)): list(value.batch_size)
+                        for key, value in data.items(True) if isinstance(value, TensorDictBase)},
+        "length": n,
+        "cursor": int(buffer._writer._cursor),
+        "write_count": int(buffer._writer._write_count),
+        "sampler": buffer.sampler.state_dict(),
+    }
+
+
+def _load_buffer_state(buffer: TensorDictReplayBuffer, state: dict[str, Any]) -> None:
+    n = state["length"]
+    if n:
+        data = TensorDict(state["data"], batch_size=[n])
+        for key, batch_size in sorted(state["batch_sizes"].items(), key=lambda item: item[0].count("/")):
+            data.get(tuple(key.split("/"))).batch_size = torch.Size(batch_size)
+        # writing from position 0 puts every transition back where it was, even after wrap-around
+        buffer.extend(data)
+    buffer._writer._cursor = state["cursor"]
+    buffer._writer._write_count = state["write_count"]
+    buffer.sampler.load_state_dict(state["sampler"])
 
 
 def _updater_state(updater: SoftUpdate | HardUpdate) -> dict[str, int]:
