@@ -161,6 +161,13 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         self._eval_rollouts: list[TensorDictBase] = []
         self._timer: dict[str, float] = {}
 
+    @staticmethod
+    def base_init_args(values: dict[str, Any]) -> dict[str, Any]:
+        """The arguments of :class:`MarlAlgorithm` found in ``values`` (a subclass's ``locals()``), so a
+        subclass with an explicit signature can forward them without listing them twice."""
+        names = inspect.signature(MarlAlgorithm.__init__).parameters
+        return {name: values[name] for name in names if name != "self" and name in values}
+
     # ------------------------------------------------------------------ checks
     def _check_action_space(self) -> None:
         continuous = self.task.continuous_actions

@@ -9,6 +9,7 @@ transitions get their new priorities. Exploration is annealed by collected frame
 
 from __future__ import annotations
 
+import inspect
 import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
@@ -110,6 +111,11 @@ class OffPolicyAlgorithm(MarlAlgorithm):
         if exploration_anneal_frames is not None:
             positive_int("exploration_anneal_frames", exploration_anneal_frames)
         self.exploration_anneal_frames = exploration_anneal_frames
+
+    def _set_off_policy_args_from(self, values: dict[str, Any], **overrides: Any) -> None:
+        """:meth:`_set_off_policy_args` with the arguments found in ``values`` (a subclass's ``locals()``)."""
+        names = inspect.signature(OffPolicyAlgorithm._set_off_policy_args).parameters
+        self._set_off_policy_args(**{n: overrides.get(n, values.get(n)) for n in names if n != "self"})
 
     @override
     def _validate_args(self) -> None:

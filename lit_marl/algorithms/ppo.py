@@ -97,24 +97,7 @@ class PPO(OnPolicyAlgorithm):
         self.scale_mapping = scale_mapping
         self.use_tanh_normal = bool(use_tanh_normal)
         self.minibatch_advantage = bool(minibatch_advantage)
-        super().__init__(
-            task=task,
-            actor_model=actor_model,
-            critic_model=critic_model,
-            share_policy_params=share_policy_params,
-            frames_per_batch=frames_per_batch,
-            num_envs=num_envs,
-            max_frames=max_frames,
-            lr=lr,
-            adam_eps=adam_eps,
-            gamma=gamma,
-            evaluation_episodes=evaluation_episodes,
-            evaluation_batch_size=evaluation_batch_size,
-            evaluation_deterministic=evaluation_deterministic,
-            evaluation_seed=evaluation_seed,
-            test_episodes=test_episodes,
-            seed=seed,
-        )
+        super().__init__(**self.base_init_args(locals()))
 
     # ------------------------------------------------------------------ networks
     @override

@@ -83,11 +83,7 @@ class QLearning(OffPolicyAlgorithm):
         test_episodes: int = 100,
         seed: int = 0,
     ) -> None:
-        self._set_off_policy_args(
-            n_optimizer_steps, train_batch_size, memory_size, init_random_frames, use_prioritized_replay_buffer,
-            prb_alpha, prb_beta, buffer_device, soft_target_update, polyak_tau, hard_target_update_frequency,
-            exploration_eps_init, exploration_eps_end, exploration_anneal_frames,
-        )
+        self._set_off_policy_args_from(locals())
         if loss_function not in ("l2", "l1", "smooth_l1"):
             raise ConfigError(f"loss_function: {loss_function!r} is not one of 'l2', 'l1', 'smooth_l1'")
         self.loss_function = loss_function
@@ -97,13 +93,7 @@ class QLearning(OffPolicyAlgorithm):
         if mixer_input not in ("auto", "state", "observations"):
             raise ConfigError(f"mixer_input: {mixer_input!r} is not one of 'auto', 'state', 'observations'")
         self.mixer_input = mixer_input
-        super().__init__(
-            task=task, actor_model=actor_model, critic_model=None, share_policy_params=share_policy_params,
-            frames_per_batch=frames_per_batch, num_envs=num_envs, max_frames=max_frames, lr=lr, adam_eps=adam_eps,
-            gamma=gamma, evaluation_episodes=evaluation_episodes, evaluation_batch_size=evaluation_batch_size,
-            evaluation_deterministic=evaluation_deterministic, evaluation_seed=evaluation_seed,
-            test_episodes=test_episodes, seed=seed,
-        )
+        super().__init__(**self.base_init_args(locals()))  # no critic: Q-learning's network is the actor
         self._build_off_policy_parts()
 
     @override

@@ -81,11 +81,8 @@ class SAC(OffPolicyAlgorithm):
         seed: int = 0,
     ) -> None:
         # SAC explores by sampling its policy: the noise-annealing arguments do not apply.
-        self._set_off_policy_args(
-            n_optimizer_steps, train_batch_size, memory_size, init_random_frames, use_prioritized_replay_buffer,
-            prb_alpha, prb_beta, buffer_device, soft_target_update, polyak_tau, hard_target_update_frequency,
-            exploration_eps_init=0.0, exploration_eps_end=0.0, exploration_anneal_frames=None,
-        )
+        self._set_off_policy_args_from(locals(), exploration_eps_init=0.0, exploration_eps_end=0.0,
+                                       exploration_anneal_frames=None)
         self.share_param_critic = bool(share_param_critic)
         self.num_qvalue_nets = positive_int("num_qvalue_nets", num_qvalue_nets)
         if loss_function not in ("l2", "l1", "smooth_l1"):
@@ -105,13 +102,7 @@ class SAC(OffPolicyAlgorithm):
         self.fixed_alpha = bool(fixed_alpha)
         self.scale_mapping = scale_mapping
         self.use_tanh_normal = bool(use_tanh_normal)
-        super().__init__(
-            task=task, actor_model=actor_model, critic_model=critic_model, share_policy_params=share_policy_params,
-            frames_per_batch=frames_per_batch, num_envs=num_envs, max_frames=max_frames, lr=lr, adam_eps=adam_eps,
-            gamma=gamma, evaluation_episodes=evaluation_episodes, evaluation_batch_size=evaluation_batch_size,
-            evaluation_deterministic=evaluation_deterministic, evaluation_seed=evaluation_seed,
-            test_episodes=test_episodes, seed=seed,
-        )
+        super().__init__(**self.base_init_args(locals()))
         self._build_off_policy_parts()
 
     # ------------------------------------------------------------------ networks

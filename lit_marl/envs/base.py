@@ -18,6 +18,7 @@ import torch
 from torchrl.data import Composite, TensorSpec
 from torchrl.envs import EnvBase, RewardSum, TransformedEnv
 
+from lit_marl.errors import ConfigError
 from lit_marl.utils import Configurable, isolated_rng
 
 
@@ -138,4 +139,5 @@ class Task(Configurable, ABC):
 
     def render(self, env: EnvBase, env_index: int = 0):
         """An RGB frame (H, W, 3 uint8 array) of one sub-environment, for videos."""
-        raise NotImplementedError(f"{type(self).__name__} does not support rendering")
+        raise ConfigError(f"rendering: {type(self).__name__} ({self.name}) cannot render frames; allowed: tasks that "
+                          f"implement Task.render, such as VmasTask")
