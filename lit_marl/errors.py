@@ -44,3 +44,9 @@ def unit_interval(field: str, value: Any) -> float:
     if not _is_number(value) or not 0 <= value <= 1:
         raise ConfigError(f"{field}: must be a number in [0, 1], got {value!r}")
     return float(value)
+
+
+def one_of(field: str, value: Any, allowed: tuple) -> Any:
+    if value not in allowed:
+        raise ConfigError(f"{field}: {value!r} is not one of {', '.join(map(repr, allowed))}")
+    return value

@@ -19,7 +19,7 @@ from typing_extensions import override
 from lit_marl.algorithms.common import q_critic
 from lit_marl.algorithms.off_policy import OffPolicyAlgorithm
 from lit_marl.envs.base import Task
-from lit_marl.errors import ConfigError
+from lit_marl.errors import one_of
 from lit_marl.models import ModelConfig
 
 
@@ -87,9 +87,7 @@ class DDPG(OffPolicyAlgorithm):
     ) -> None:
         self._set_off_policy_args_from(locals())
         self.share_param_critic = bool(share_param_critic)
-        if loss_function not in ("l2", "l1", "smooth_l1"):
-            raise ConfigError(f"loss_function: {loss_function!r} is not one of 'l2', 'l1', 'smooth_l1'")
-        self.loss_function = loss_function
+        self.loss_function = one_of("loss_function", loss_function, ("l2", "l1", "smooth_l1"))
         self.delay_value = bool(delay_value)
         self.use_tanh_mapping = bool(use_tanh_mapping)
         super().__init__(**self.base_init_args(locals()))

@@ -21,7 +21,7 @@ from lit_marl.algorithms.base import OnPolicyAlgorithm
 from lit_marl.algorithms.common import FromState, stochastic_policy
 from lit_marl.envs.base import Task
 from lit_marl.models import ModelConfig
-from lit_marl.errors import ConfigError, non_negative_float, positive_float, positive_int, unit_interval
+from lit_marl.errors import ConfigError, non_negative_float, one_of, positive_float, positive_int, unit_interval
 
 
 class PPO(OnPolicyAlgorithm):
@@ -84,9 +84,7 @@ class PPO(OnPolicyAlgorithm):
         self.clip_epsilon = positive_float("clip_epsilon", clip_epsilon)
         self.entropy_coef = non_negative_float("entropy_coef", entropy_coef)
         self.critic_coef = non_negative_float("critic_coef", critic_coef)
-        if loss_critic_type not in ("l2", "l1", "smooth_l1"):
-            raise ConfigError(f"loss_critic_type: {loss_critic_type!r} is not one of 'l2', 'l1', 'smooth_l1'")
-        self.loss_critic_type = loss_critic_type
+        self.loss_critic_type = one_of("loss_critic_type", loss_critic_type, ("l2", "l1", "smooth_l1"))
         try:
             NormalParamExtractor(scale_mapping=scale_mapping)
         except (NotImplementedError, ValueError, KeyError):

@@ -21,7 +21,7 @@ from typing_extensions import override
 from lit_marl.algorithms.common import MaskGuard
 from lit_marl.algorithms.off_policy import OffPolicyAlgorithm
 from lit_marl.envs.base import Task
-from lit_marl.errors import ConfigError, positive_int
+from lit_marl.errors import ConfigError, one_of, positive_int
 from lit_marl.models import ModelConfig
 
 
@@ -84,9 +84,7 @@ class QLearning(OffPolicyAlgorithm):
         seed: int = 0,
     ) -> None:
         self._set_off_policy_args_from(locals())
-        if loss_function not in ("l2", "l1", "smooth_l1"):
-            raise ConfigError(f"loss_function: {loss_function!r} is not one of 'l2', 'l1', 'smooth_l1'")
-        self.loss_function = loss_function
+        self.loss_function = one_of("loss_function", loss_function, ("l2", "l1", "smooth_l1"))
         self.delay_value = bool(delay_value)
         self.double_dqn = bool(double_dqn)
         self.mixing_embed_dim = positive_int("mixing_embed_dim", mixing_embed_dim)

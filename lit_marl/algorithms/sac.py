@@ -18,7 +18,7 @@ from typing_extensions import override
 from lit_marl.algorithms.common import FromState, q_critic, stochastic_policy
 from lit_marl.algorithms.off_policy import OffPolicyAlgorithm
 from lit_marl.envs.base import Task
-from lit_marl.errors import ConfigError, non_negative_float, positive_float, positive_int, unit_interval
+from lit_marl.errors import ConfigError, non_negative_float, one_of, positive_float, positive_int, unit_interval
 from lit_marl.models import ModelConfig
 
 
@@ -85,9 +85,7 @@ class SAC(OffPolicyAlgorithm):
                                        exploration_anneal_frames=None)
         self.share_param_critic = bool(share_param_critic)
         self.num_qvalue_nets = positive_int("num_qvalue_nets", num_qvalue_nets)
-        if loss_function not in ("l2", "l1", "smooth_l1"):
-            raise ConfigError(f"loss_function: {loss_function!r} is not one of 'l2', 'l1', 'smooth_l1'")
-        self.loss_function = loss_function
+        self.loss_function = one_of("loss_function", loss_function, ("l2", "l1", "smooth_l1"))
         self.delay_qvalue = bool(delay_qvalue)
         if target_entropy != "auto" and (isinstance(target_entropy, bool) or not isinstance(target_entropy, (int, float))):
             raise ConfigError(f"target_entropy: must be 'auto' or a number, got {target_entropy!r}")

@@ -30,9 +30,6 @@ class MarlCallback(Callback):
         """Called with the rollouts of every evaluation."""
 
 
-MARL_HOOKS: tuple[str, ...] = ("on_batch_collected", "on_evaluation_end")
-
-
 def call_marl_hook(trainer: Trainer | None, pl_module: LightningModule, name: str, *args: Any) -> None:
     """Call hook ``name`` on the module, then on every callback that defines it."""
     getattr(pl_module, name)(*args)
@@ -44,4 +41,4 @@ def call_marl_hook(trainer: Trainer | None, pl_module: LightningModule, name: st
             hook(trainer, pl_module, *args)
 
 
-__all__ = ["MarlCallback", "MARL_HOOKS", "call_marl_hook"]
+__all__ = ["MarlCallback", "call_marl_hook"]
