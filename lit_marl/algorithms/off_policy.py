@@ -246,7 +246,8 @@ def _buffer_state(buffer: TensorDictReplayBuffer) -> dict[str, Any]:
     """The filled part of a buffer (not its whole capacity: an early checkpoint of a 1M-transition buffer
     would otherwise be mostly zeros), its write cursor and its sampler's state, as plain tensors."""
     n = len(buffer)
-    data = buffer.storage.get(slice(0, n)).exclude("index") if n else TensorDict()
+    # clone: a slice is a view, and torch.save writes a view's whole underlying storage (all of the capacity)
+    data = buffer.storage.get(slice(0, n)).exclude("index").clone() if n else TensorDict()
     return {
         "data": data.to_dict(),
         # nested TensorDicts keep their own batch dims (e.g. a group's [n, n_agents])
