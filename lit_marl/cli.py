@@ -5,7 +5,7 @@
     lit-marl fit --config configs/mappo_vmas_balance.yaml [--model.init_args.lr 1e-4] [--print_config]
     lit-marl fit --config runs/<run>/config.yaml --ckpt_path runs/<run>/checkpoints/last.ckpt   # resume
     lit-marl validate --config runs/<run>/config.yaml --ckpt_path runs/<run>/checkpoints/last.ckpt
-    lit-marl test --config runs/<run>/config.yaml --ckpt_path ...
+    lit-marl test --config runs/<run>/config.yaml --ckpt_path ... [--evaluation.videos 10]
 
 Every run writes into a new folder ``runs/<name>/version_<n>/`` (``config.yaml``, ``metrics.csv``,
 ``checkpoints/``): nothing of an earlier run is overwritten.
@@ -27,6 +27,7 @@ from lit_marl.algorithms.base import MarlAlgorithm
 from lit_marl.checkpoint import LIGHTNING_CKPT_ALIASES, check_compatible, read_checkpoint
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError
+from lit_marl.evaluation import EvaluationReport
 from lit_marl.utils import instantiate
 
 TRAINER_DEFAULTS: dict[str, Any] = {
@@ -75,6 +76,8 @@ class LitMarlCLI(LightningCLI):
     @override
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        # what `lit-marl test` writes (eval_info.json, videos); inert in fit and validate
+        parser.add_lightning_class_args(EvaluationReport, "evaluation")
         parser.set_defaults(CHECKPOINT_DEFAULTS)
         parser.link_arguments("seed_everything", "model.init_args.seed", compute_fn=_seed_to_int)
 

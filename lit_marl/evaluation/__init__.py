@@ -1,0 +1,36 @@
+"""Evaluation and results: standalone evaluation (``eval_info.json``), videos, paired comparisons.
+
+- :func:`evaluate_checkpoint` / ``lit-marl test``: N seeded episodes of a checkpoint, per-episode records,
+  aggregates with bootstrap CIs, provenance, videos of the first K episodes (:class:`EvaluationReport`).
+- :func:`compare` / :func:`compare_checkpoints`: two checkpoints on the same episodes, paired difference with a CI.
+- :mod:`lit_marl.evaluation.statistics`: the statistics (scipy's bootstrap).
+"""
+
+from lit_marl.evaluation.evaluate import (
+    EVAL_INFO,
+    EvaluationReport,
+    algorithm_class,
+    build_eval_info,
+    compare,
+    compare_checkpoints,
+    evaluate_checkpoint,
+    export_rollouts,
+    load_episodes,
+    read_eval_info,
+)
+from lit_marl.evaluation.episodes import episode_records, first_episode_mask
+
+__all__ = [
+    "EVAL_INFO",
+    "EvaluationReport",
+    "algorithm_class",
+    "build_eval_info",
+    "compare",
+    "compare_checkpoints",
+    "episode_records",
+    "evaluate_checkpoint",
+    "export_rollouts",
+    "first_episode_mask",
+    "load_episodes",
+    "read_eval_info",
+]

@@ -1,0 +1,35 @@
+"""``lit-marl test`` writes eval_info.json (and videos) into ``<run>/eval/<timestamp>/`` beside the tested run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lit_marl.cli import main
+from lit_marl.evaluation.io import sha256
+from tests.test_cli import _fit, _run_dirs, _tiny_balance
+
+
+def test_lit_marl_test_writes_eval_info_and_videos_beside_the_run(tmp_path):
+    pytest.importorskip("av")
+    _fit(_tiny_balance(tmp_path / "tiny.yaml"))
+    (run,) = _run_dirs()
+    ckpt = run / "checkpoints" / "last.ckpt"
+    args = ["test", "--config", str(run / "config.yaml"), "--ckpt_path", str(ckpt),
+            "--model.init_args.test_episodes", "5", "--trainer.enable_progress_bar", "false"]
+    main([*args, "--evaluation.videos", "2"])
+    (folder,) = (run / "eval").iterdir()
+    info = json.loads((folder / "eval_info.json").read_text())
+    assert len(info["per_episode"]) == 5 and info["aggregated"]["episodes"] == 5
+    assert [r["video"] for r in info["per_episode"]] == ["videos/episode_0000.mp4", "videos/episode_0001.mp4",
+                                                         None, None, None]
+    assert sorted(p.name for p in (folder / "videos").iterdir()) == ["episode_0000.mp4", "episode_0001.mp4"]
+    assert info["provenance"]["checkpoint_sha256"] == sha256(ckpt)
+    assert info["provenance"]["versions"]["vmas"] and info["provenance"]["versions"]["torchrl"]
+    assert info["provenance"]["config"]["model"]["class_path"] == "lit_marl.algorithms.ppo.MAPPO"
+    assert set(info["aggregated"]["return"]) == {"mean", "median", "iqm"}
+    # a second test never touches the first one's folder
+    main(args)
+    assert len(list((run / "eval").iterdir())) == 2
+    assert json.loads((folder / "eval_info.json").read_text()) == info
