@@ -3,6 +3,7 @@
 - :func:`evaluate_checkpoint` / ``lit-marl test``: N seeded episodes of a checkpoint, per-episode records,
   aggregates with bootstrap CIs, provenance, videos of the first K episodes (:class:`EvaluationReport`).
 - :func:`compare` / :func:`compare_checkpoints`: two checkpoints on the same episodes, paired difference with a CI.
+- :class:`MarlEvalJson`: marl-eval's JSON during training, with the protocol's absolute metrics.
 - :mod:`lit_marl.evaluation.statistics`: the statistics (scipy's bootstrap).
 """
 
@@ -19,6 +20,7 @@ from lit_marl.evaluation.evaluate import (
     read_eval_info,
 )
 from lit_marl.evaluation.episodes import episode_records, first_episode_mask
+from lit_marl.evaluation.marl_eval import MarlEvalJson
 
 __all__ = [
     "EVAL_INFO",
@@ -32,5 +34,6 @@ __all__ = [
     "export_rollouts",
     "first_episode_mask",
     "load_episodes",
+    "MarlEvalJson",
     "read_eval_info",
 ]
