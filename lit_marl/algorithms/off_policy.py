@@ -165,7 +165,13 @@ class OffPolicyAlgorithm(MarlAlgorithm):
     # ------------------------------------------------------------------ buffers
     def group_keys(self, group: str) -> list:
         """Keys of a processed batch that ``group``'s loss reads: what its replay buffer stores."""
-        return list(dict.fromkeys(unravel_key(key) for key in self.losses[group].in_keys))
+        keys = [unravel_key(key) for key in self.losses[group].in_keys]
+        state_key = self.task.state_key
+        if state_key is not None and state_key in keys:
+            # a TD target that conditions on the state reads the next one too (torchrl's SACLoss leaves it
+            # out of in_keys)
+            keys.append(unravel_key(("next", state_key)))
+        return list(dict.fromkeys(keys))
 
     def _buffer_dir(self) -> Path:
         trainer = self._trainer

@@ -55,7 +55,9 @@ class Sampler:
                 self.collector.reset()
         batch = self.collector.next()
         last = batch[..., -1]
-        self._at_episode_boundary = all(bool(last.get(("next", *_as_tuple(k))).all()) for k in self.env.done_keys)
+        # "done" entries only: an episode that ended by truncation (PettingZoo's max_cycles) is not terminated
+        self._at_episode_boundary = all(bool(last.get(("next", *_as_tuple(k))).all()) for k in self.env.done_keys
+                                        if _as_tuple(k)[-1] == "done")
         return batch
 
     def close(self) -> None:

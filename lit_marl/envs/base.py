@@ -75,8 +75,10 @@ class Task(Configurable, ABC):
         """The env wrapped with per-group episode-return tracking (``(group, "episode_reward")``)."""
         env = self._make_env(num_envs=num_envs, seed=seed, device=device)
         reward_keys, reset_keys = list(env.reward_keys), list(env.reset_keys)
-        if len(reset_keys) == 1:  # one root reset (VMAS) serves every group's reward
-            reset_keys = reset_keys * len(reward_keys)
+        # each group's return restarts with that group's reset flag where the env has one (PettingZoo),
+        # else with the root one (VMAS)
+        reset_keys = [(key[0], "_reset") if isinstance(key, tuple) and (key[0], "_reset") in reset_keys
+                      else "_reset" for key in reward_keys]
         return TransformedEnv(env, RewardSum(in_keys=reward_keys, reset_keys=reset_keys))
 
     def simulator_rng_state(self) -> Any:
@@ -111,7 +113,7 @@ class Task(Configurable, ABC):
                     # drop the env batch dims so specs describe one environment
                     return spec[(0,) * len(batch)] if len(batch) else spec
 
-                group_map = {g: list(agents) for g, agents in env.group_map.items()}
+                group_map = {g: list(agents) for g, agents in self._group_map(env).items()}
                 observation_spec = strip(env.full_observation_spec.clone())
                 return TaskSpecs(
                     group_map=group_map,
@@ -123,6 +125,10 @@ class Task(Configurable, ABC):
                 )
             finally:
                 env.close()
+
+    def _group_map(self, env: EnvBase) -> dict[str, list[str]]:
+        """The groups of the probe env (torchrl's multi-agent envs report ``env.group_map``)."""
+        return env.group_map
 
     @property
     def group_map(self) -> dict[str, list[str]]:

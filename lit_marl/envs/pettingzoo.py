@@ -1,0 +1,320 @@
+"""PettingZoo tasks: MPE (``mpe2``), SISL and classic games, parallel and turn-based (AEC).
+
+Each episode is one PettingZoo env wrapped by torchrl's :class:`~torchrl.envs.PettingZooWrapper`, batched
+into ``num_envs`` episodes by :func:`lit_marl.envs.batching.batched_env`. Agents form groups by name prefix
+(``adversary_0`` → ``adversary``), each group with its own networks, loss and metrics.
+
+Turn-based (AEC) games such as connect four are trained end to end with the algorithms as they are: every
+env step is one move, all agents of the game see it, and the agent whose turn it is not gets an action mask
+that allows only action 0 and is ignored by the game (torchrl applies only the acting agent's action). Its
+policy is then deterministic on those steps (log-probability 0, no policy gradient, no entropy), while its
+critic still learns the value of waiting for the opponent's move; a reward that arrives on the opponent's
+move (a loss) reaches the agent on that step and is credited back to its own last move by the return or TD
+target. Each agent's observation carries a last feature, 1 when it is that agent's turn.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib
+import warnings
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import torch
+from torchrl.data import Composite, Unbounded
+from torchrl.envs import EnvBase, Transform, TransformedEnv
+from torchrl.envs.utils import MarlGroupMapType
+
+from lit_marl.envs.base import Task
+from lit_marl.envs.batching import batched_env, check_workers
+from lit_marl.errors import ConfigError, positive_int
+
+_GROUP_MAP_TYPES = {
+    "all_in_one_group": MarlGroupMapType.ALL_IN_ONE_GROUP,
+    "one_group_per_agent": MarlGroupMapType.ONE_GROUP_PER_AGENT,
+}
+
+
+@dataclass(frozen=True)
+class PettingZooEntry:
+    """A PettingZoo task lit-marl knows: where it lives and BenchMARL's settings for it."""
+
+    module: str
+    #: extra of lit-marl's pyproject that installs it
+    extra: str
+    #: "both", "continuous" or "discrete"
+    actions: str
+    #: constructor arguments (BenchMARL's task settings where BenchMARL has the task)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    #: the longest episode of a game without a ``max_cycles`` argument
+    game_length: int | None = None
+
+
+def _mpe(name: str, **defaults: Any) -> PettingZooEntry:
+    return PettingZooEntry(f"mpe2.{name}", "pettingzoo", "both", {"max_cycles": 100, **defaults})
+
+
+#: every PettingZoo task lit-marl builds (``pettingzoo`` 1.27 no longer ships SISL's waterworld)
+PETTINGZOO_TASKS: dict[str, PettingZooEntry] = {
+    "simple": _mpe("simple_v3"),
+    "simple_adversary": _mpe("simple_adversary_v3", N=2),
+    "simple_crypto": _mpe("simple_crypto_v3"),
+    "simple_push": _mpe("simple_push_v3"),
+    "simple_reference": _mpe("simple_reference_v3", local_ratio=0.5),
+    "simple_speaker_listener": _mpe("simple_speaker_listener_v4"),
+    "simple_spread": _mpe("simple_spread_v3", N=3, local_ratio=0.5),
+    "simple_tag": _mpe("simple_tag_v3", num_good=2, num_adversaries=3, num_obstacles=2),
+    "simple_world_comm": _mpe("simple_world_comm_v3", num_good=2, num_adversaries=4, num_obstacles=1, num_food=2,
+                              num_forests=2),
+    "multiwalker": PettingZooEntry(
+        "pettingzoo.sisl.multiwalker_v9", "pettingzoo", "continuous",
+        {"n_walkers": 3, "shared_reward": False, "max_cycles": 500, "position_noise": 1e-3, "angle_noise": 1e-3,
+         "forward_reward": 1.0, "fall_reward": -10.0, "terminate_reward": -100.0, "terminate_on_fall": True,
+         "remove_on_fall": True, "terrain_length": 200}),
+    "pursuit": PettingZooEntry("pettingzoo.sisl.pursuit_v5", "pettingzoo", "discrete", {"max_cycles": 500}),
+    "connect_four": PettingZooEntry("pettingzoo.classic.connect_four_v3", "pettingzoo", "discrete", game_length=42),
+    "tic_tac_toe": PettingZooEntry("pettingzoo.classic.tictactoe_v3", "pettingzoo", "discrete", game_length=9),
+}
+
+
+def _import_task_module(name: str, entry: PettingZooEntry):
+    try:
+        return importlib.import_module(entry.module)
+    except ImportError as err:
+        raise ConfigError(
+            f"task.task: {name!r} needs {entry.module.split('.')[0]} ({err}); install it with "
+            f"pip install -e \".[{entry.extra}]\""
+        ) from None
+
+
+def _make_pettingzoo(module_name: str, turn_based: bool, kwargs: dict[str, Any], group_map: Any,
+                     return_state: bool, device: str) -> EnvBase:
+    """One episode (module level, so worker processes can pickle it through functools.partial)."""
+    from torchrl.envs import PettingZooWrapper
+
+    module = importlib.import_module(module_name)
+    raw = module.env(**kwargs) if turn_based else module.parallel_env(**kwargs)
+    with warnings.catch_warnings():  # torchrl warns about every PettingZoo version but 1.24.3
+        warnings.simplefilter("ignore", UserWarning)
+        return PettingZooWrapper(raw, return_state=return_state, group_map=group_map, use_mask=turn_based,
+                                 categorical_actions=True, device=device)
+
+
+class PettingZooTask(Task):
+    """A PettingZoo environment with its settings.
+
+    Args:
+        task: ``simple_spread``, ``simple_tag``, ``simple_adversary``, ``simple_reference``,
+            ``simple_speaker_listener``, ``simple_crypto``, ``simple_push``, ``simple_world_comm``, ``simple``
+            (MPE), ``multiwalker``, ``pursuit`` (SISL), ``connect_four``, ``tic_tac_toe`` (classic, turn-based).
+        max_steps: episode length (the env's ``max_cycles``); default BenchMARL's (100 for MPE, 500 for
+            SISL); games without ``max_cycles`` end by their rules (connect four within 42 moves).
+        continuous_actions: MPE offers both; SISL multiwalker is continuous, pursuit and games discrete.
+            Default: continuous where the task offers it (BenchMARL's ``prefer_continuous_actions``).
+        task_kwargs: the env's own arguments (e.g. ``{"N": 4, "local_ratio": 0.5}``), over BenchMARL's defaults.
+        agent_groups: ``None`` groups agents by name prefix (parallel envs) or puts every player in one group
+            ``agents`` with shared networks (turn-based games: self-play); ``"all_in_one_group"``,
+            ``"one_group_per_agent"`` or an explicit ``{group: [agent names]}``.
+        return_state: put the env's global state (``state()``) at the root key ``"state"`` for centralised
+            critics and mixers; default: where the env offers one (MPE).
+        num_workers: worker processes that step the episodes (``num_envs`` must be a multiple); 1 steps them
+            all in this process.
+        **kwargs: more env arguments, merged into ``task_kwargs`` (Python convenience).
+
+    Examples:
+        >>> task = PettingZooTask("simple_tag", max_steps=25, continuous_actions=False)
+        >>> task.group_map
+        {'adversary': ['adversary_0', 'adversary_1', 'adversary_2'], 'agent': ['agent_0', 'agent_1']}
+    """
+
+    def __init__(
+        self,
+        task: str = "simple_spread",
+        max_steps: int | None = None,
+        continuous_actions: bool | None = None,
+        task_kwargs: dict[str, Any] | None = None,
+        agent_groups: str | dict[str, list[str]] | None = None,
+        return_state: bool | None = None,
+        num_workers: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        name = task.rsplit("_v", 1)[0] if task not in PETTINGZOO_TASKS and "_v" in task else task
+        if name not in PETTINGZOO_TASKS:
+            close = difflib.get_close_matches(name, PETTINGZOO_TASKS, n=3, cutoff=0.5)
+            hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+            raise ConfigError(f"task.task: unknown PettingZoo task {task!r}; {hint}allowed: "
+                              f"{', '.join(PETTINGZOO_TASKS)}")
+        entry = PETTINGZOO_TASKS[name]
+        self._entry = entry
+        self.task = name
+        module = _import_task_module(name, entry)  # a missing extra is named before anything is built
+        self._turn_based = not hasattr(module, "parallel_env")
+        self.task_kwargs = {**(task_kwargs or {}), **kwargs}
+        if "max_cycles" in self.task_kwargs or "continuous_actions" in self.task_kwargs:
+            raise ConfigError("task.task_kwargs: set max_cycles and continuous_actions through task.max_steps and "
+                              "task.continuous_actions; allowed: the env's other arguments")
+        if entry.game_length is not None:
+            if max_steps is not None and max_steps != entry.game_length:
+                raise ConfigError(f"task.max_steps: {name} ends by its rules (at most {entry.game_length} moves), "
+                                  f"got {max_steps!r}; allowed: null or {entry.game_length}")
+            self._max_steps = entry.game_length
+        else:
+            self._max_steps = entry.defaults["max_cycles"] if max_steps is None else positive_int("task.max_steps",
+                                                                                                   max_steps)
+        if entry.actions == "both":
+            self._continuous_actions = True if continuous_actions is None else bool(continuous_actions)
+        else:
+            self._continuous_actions = entry.actions == "continuous"
+            if continuous_actions is not None and bool(continuous_actions) != self._continuous_actions:
+                raise ConfigError(
+                    f"task.continuous_actions: {name} has only {entry.actions} actions, got {continuous_actions}; "
+                    f"allowed: null or {str(self._continuous_actions).lower()}")
+        if isinstance(agent_groups, str) and agent_groups not in _GROUP_MAP_TYPES:
+            raise ConfigError(
+                f"task.agent_groups: unknown grouping {agent_groups!r}; allowed: null, "
+                f"{', '.join(map(repr, _GROUP_MAP_TYPES))} or a mapping of group name to agent names")
+        self.agent_groups = agent_groups
+        self.return_state = return_state
+        self.num_workers = check_workers(num_workers)
+
+    # Configurable writes init args back from attributes of the same name (resolved values).
+    @property
+    def max_steps(self) -> int:
+        return self._max_steps
+
+    @property
+    def continuous_actions(self) -> bool:
+        return self._continuous_actions
+
+    @property
+    def name(self) -> str:
+        return f"pettingzoo/{self.task}"
+
+    @property
+    def turn_based(self) -> bool:
+        """Agents act one at a time (PettingZoo's AEC API)."""
+        return self._turn_based
+
+    def env_kwargs(self) -> dict[str, Any]:
+        """The arguments the PettingZoo env is built with."""
+        kwargs = {**self._entry.defaults, **self.task_kwargs}
+        if "max_cycles" in self._entry.defaults:
+            kwargs["max_cycles"] = self.max_steps
+        if self._entry.actions == "both":
+            kwargs["continuous_actions"] = self.continuous_actions
+        kwargs.setdefault("render_mode", "rgb_array")
+        return kwargs
+
+    @cached_property
+    def _offers_state(self) -> bool:
+        module = importlib.import_module(self._entry.module)
+        raw = module.env(**self.env_kwargs()) if self.turn_based else module.parallel_env(**self.env_kwargs())
+        try:
+            raw.reset(seed=0)
+            raw.state()
+            return True
+        except (NotImplementedError, AttributeError):
+            return False
+        finally:
+            raw.close()
+
+    @property
+    def state_key(self) -> str | None:  # type: ignore[override]
+        use = self._offers_state if self.return_state is None else bool(self.return_state)
+        if use and not self._offers_state:
+            raise ConfigError(f"task.return_state: {self.task} has no global state; allowed: null or false")
+        return "state" if use else None
+
+    def _group_map_arg(self) -> Any:
+        if self.agent_groups is None:
+            return MarlGroupMapType.ALL_IN_ONE_GROUP if self.turn_based else None
+        if isinstance(self.agent_groups, str):
+            return _GROUP_MAP_TYPES[self.agent_groups]
+        return {g: list(a) for g, a in self.agent_groups.items()}
+
+    def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
+        make_one = functools.partial(_make_pettingzoo, self._entry.module, self.turn_based, self.env_kwargs(),
+                                     self._group_map_arg(), self.state_key is not None, str(device))
+        env = batched_env(make_one, num_envs, self.num_workers, device)
+        if seed is not None:
+            env.set_seed(seed)
+        return TransformedEnv(env, AgentView(env.full_observation_spec, list(self._single_group_map), self.turn_based))
+
+    def _group_map(self, env: EnvBase) -> dict[str, list[str]]:
+        return self._single_group_map
+
+    @cached_property
+    def _single_group_map(self) -> dict[str, list[str]]:
+        # a batch of envs does not report its envs' groups: ask one episode
+        env = _make_pettingzoo(self._entry.module, self.turn_based, self.env_kwargs(), self._group_map_arg(),
+                               False, "cpu")
+        try:
+            return {g: list(a) for g, a in env.group_map.items()}
+        finally:
+            env.close()
+
+    def render(self, env: EnvBase, env_index: int = 0):
+        base = env
+        while hasattr(base, "base_env") and not hasattr(base, "_envs"):
+            base = base.base_env
+        if not hasattr(base, "_envs") or not getattr(base, "_envs", None):
+            return super().render(env, env_index)
+        return base._envs[env_index]._env.render()
+
+
+class AgentView(Transform):
+    """What every group's networks read: a flat float ``(group, "observation")`` ``[*B, n_agents, D]``.
+
+    Observations that arrive as images, integers or nested entries (classic games: ``("observation",
+    "observation")``) are flattened to float features; MLPs read them as they are (a CNN can read the
+    image shape from ``agent_obs_shape``). In turn-based games each agent's observation gets a last feature
+    (1 on its turn) and the agent whose turn it is not may take only action 0, which the game ignores.
+    """
+
+    def __init__(self, observation_spec: Composite, groups: list[str], turn_based: bool) -> None:
+        super().__init__(in_keys=[], out_keys=[])
+        self.turn_based = turn_based
+        #: each group's per-agent observation shape as the env reports it (e.g. an image's [H, W, C])
+        self.agent_obs_shape: dict[str, torch.Size] = {}
+        for group in groups:
+            group_spec = observation_spec[group]
+            obs = group_spec["observation"]
+            if isinstance(obs, Composite):  # {"observation": board} once the action mask is taken out
+                obs = obs["observation"]
+            self.agent_obs_shape[group] = obs.shape[len(group_spec.shape):]
+
+    def _view(self, tensordict):
+        for group, shape in self.agent_obs_shape.items():
+            group_td = tensordict.get(group)
+            obs = group_td.get("observation")
+            if not isinstance(obs, torch.Tensor):
+                obs = obs.get("observation")
+                group_td.del_("observation")
+            flat = obs.reshape(*obs.shape[: obs.dim() - len(shape)], -1).to(torch.float32)
+            if self.turn_based:
+                acting = group_td.get("mask")
+                flat = torch.cat([flat, acting.unsqueeze(-1).to(flat.dtype)], dim=-1)
+                action_mask = group_td.get("action_mask")
+                only_first = torch.zeros_like(action_mask)
+                only_first[..., 0] = True
+                group_td.set("action_mask", torch.where(acting.unsqueeze(-1), action_mask, only_first))
+            group_td.set("observation", flat)
+        return tensordict
+
+    def _call(self, tensordict):
+        return self._view(tensordict)
+
+    def _reset(self, tensordict, tensordict_reset):
+        return self._view(tensordict_reset)
+
+    def transform_observation_spec(self, observation_spec: Composite) -> Composite:
+        for group, shape in self.agent_obs_shape.items():
+            group_spec = observation_spec[group]
+            features = shape.numel() + (1 if self.turn_based else 0)
+            del group_spec["observation"]
+            group_spec["observation"] = Unbounded(shape=(*group_spec.shape, features), dtype=torch.float32,
+                                                  device=observation_spec.device)
+        return observation_spec
