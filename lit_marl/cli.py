@@ -6,6 +6,9 @@
     lit-marl fit --config runs/<run>/config.yaml --ckpt_path runs/<run>/checkpoints/last.ckpt   # resume
     lit-marl validate --config runs/<run>/config.yaml --ckpt_path runs/<run>/checkpoints/last.ckpt
     lit-marl test --config runs/<run>/config.yaml --ckpt_path ... [--evaluation.videos 10]
+    lit-marl benchmark --config configs/benchmarks/vmas_on_policy.yaml     # algorithms × tasks × seeds
+    lit-marl report runs/benchmarks/vmas_on_policy --out report/           # plots and tables
+    lit-marl compare <eval folder A> <eval folder B>                       # paired difference with a CI
 
 Every run writes into a new folder ``runs/<name>/version_<n>/`` (``config.yaml``, ``metrics.csv``,
 ``checkpoints/``): nothing of an earlier run is overwritten.
@@ -119,11 +122,25 @@ class LitMarlCLI(LightningCLI):
     before_fit = before_validate = before_test = _refuse_used_run_folder
 
 
+#: ``lit-marl <command>`` beside fit/validate/test: the module whose ``main(argv)`` runs it
+RESULT_COMMANDS = {
+    "benchmark": "lit_marl.evaluation.benchmark",
+    "report": "lit_marl.evaluation.results",
+    "compare": "lit_marl.evaluation.evaluate",
+}
+
+
 def main(args: list[str] | None = None) -> None:
     """Entry point of the ``lit-marl`` console script."""
     # Lightning 2.6 on torch 2.13 warns about its own pytree use at every fit; nothing a user can act on.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+    argv = sys.argv[1:] if args is None else list(args)
     try:
+        if argv and argv[0] in RESULT_COMMANDS:  # not Lightning subcommands: plain argparse
+            code = importlib.import_module(RESULT_COMMANDS[argv[0]]).main(argv[1:])
+            if code:
+                raise SystemExit(code)
+            return
         LitMarlCLI(args=args)
     except ValueError as err:
         config_error = _find_config_error(err)

@@ -213,10 +213,10 @@ def load_episodes(path: str | os.PathLike) -> TensorDictBase:
 
 
 # ------------------------------------------------------------------------------------------- Python API
-def algorithm_class(name: str) -> type:
-    """The lit-marl algorithm class whose ``algorithm_name`` is ``name``."""
+def algorithms_by_name() -> dict[str, type]:
+    """lit-marl's algorithm classes by ``algorithm_name``."""
     from lit_marl.algorithms.base import MarlAlgorithm
-    import lit_marl.algorithms  # noqa: F401  (registers every algorithm)
+    import lit_marl.algorithms  # noqa: F401  (imports every algorithm)
 
     found, pending = {}, list(MarlAlgorithm.__subclasses__())
     while pending:
@@ -224,8 +224,14 @@ def algorithm_class(name: str) -> type:
         pending.extend(cls.__subclasses__())
         if cls.algorithm_name and cls.__module__.startswith("lit_marl."):
             found.setdefault(cls.algorithm_name, cls)
+    return dict(sorted(found.items()))
+
+
+def algorithm_class(name: str) -> type:
+    """The lit-marl algorithm class whose ``algorithm_name`` is ``name``."""
+    found = algorithms_by_name()
     if name not in found:
-        raise ConfigError(f"algorithm: {name!r} is not a lit-marl algorithm; allowed: {', '.join(sorted(found))}")
+        raise ConfigError(f"algorithm: {name!r} is not a lit-marl algorithm; allowed: {', '.join(found)}")
     return found[name]
 
 
@@ -314,3 +320,24 @@ def compare_checkpoints(a: str | os.PathLike, b: str | os.PathLike, episodes: in
     info_a = evaluate_checkpoint(a, episodes=episodes, **kwargs)
     info_b = evaluate_checkpoint(b, episodes=episodes, **kwargs)
     return compare(info_a, info_b)
+
+
+def main(argv: list[str]) -> int:
+    """``lit-marl compare A B [--out FILE]``: paired comparison of two ``eval_info.json`` (or their folders)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="lit-marl compare", description=compare.__doc__.split("\n\n")[0])
+    parser.add_argument("a", help="eval_info.json of A (or its folder)")
+    parser.add_argument("b", help="eval_info.json of B (or its folder)")
+    parser.add_argument("--out", default=None, help="also write the result to this JSON file (a new file)")
+    args = parser.parse_args(argv)
+    result = compare(args.a, args.b)
+    diff = result["mean_difference"]
+    print(f"A - B mean return difference over {result['episodes']} paired episodes: {diff['value']:.4f} "
+          f"[{diff['ci_low']:.4f}, {diff['ci_high']:.4f}] ({CONFIDENCE:.0%} CI); A better in "
+          f"{result['a_better_fraction']:.0%} of episodes")
+    verdict = "A beats B" if diff["ci_low"] > 0 else "B beats A" if diff["ci_high"] < 0 else "no clear difference"
+    print(verdict)
+    if args.out:
+        write_json(args.out, result)
+    return 0

@@ -1,0 +1,329 @@
+"""``lit-marl benchmark``: a grid of algorithms × tasks × seeds, one ``lit-marl fit`` process per run.
+
+A grid file (``configs/benchmarks/*.yaml``)::
+
+    name: vmas_on_policy              # results go to <output_dir>/<name>/<task>/<algorithm>/seed_<s>/
+    output_dir: runs/benchmarks
+    parallel: 1                       # runs at a time, each in its own process
+    seeds: [0, 1, 2]
+    algorithms:                       # name: a lit-marl config (its task is replaced by each task below)
+      mappo: configs/mappo_vmas_balance.yaml
+      ippo: {config: configs/ippo_vmas_balance.yaml, overrides: {model.init_args.lr: 1.0e-4}}
+    tasks:                            # name: a task, as under model.init_args.task
+      balance: {class_path: lit_marl.envs.VmasTask, init_args: {scenario: balance, max_steps: 100}}
+    overrides:                        # dotted keys set in every run's config
+      model.init_args.max_frames: 120000
+
+Every run writes ``run_config.yaml`` (the config it runs), ``train/version_<n>/`` (Lightning's run folders),
+``marl_eval.json`` (:class:`~lit_marl.evaluation.marl_eval.MarlEvalJson`, continued across resumes), a log,
+and ``finished.json`` once it has finished. Running the same command again skips finished runs and resumes
+interrupted ones from their newest ``last.ckpt``; the grid is checked (every algorithm and task exists and
+fits) before any run starts.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import importlib
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from lit_marl.envs.base import Task
+from lit_marl.errors import ConfigError, positive_int
+from lit_marl.evaluation.io import write_atomic, write_json
+from lit_marl.utils import instantiate
+
+FINISHED = "finished.json"
+RUN_CONFIG = "run_config.yaml"
+
+
+@dataclass
+class Run:
+    """One cell of the grid."""
+
+    algorithm: str
+    task: str
+    seed: int
+    folder: Path
+    config: dict[str, Any]
+    status: str = "pending"  # pending → finished | skipped | failed
+    resumed_from: Path | None = None
+    seconds: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.task}/{self.algorithm}/seed_{self.seed}"
+
+
+def _set_dotted(config: dict[str, Any], key: str, value: Any, source: str) -> None:
+    node = config
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{source}: {key!r} goes through {part!r}, which is not a mapping in the config")
+        node = child
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def _read_yaml(path: Path, field_name: str) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"{field_name}: {str(path)!r} does not exist")
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict):
+        raise ConfigError(f"{field_name}: {str(path)!r} is not a YAML mapping")
+    return data
+
+
+def _resolve(path: str, grid_file: Path) -> Path:
+    candidate = Path(path)
+    if candidate.is_absolute() or candidate.exists():
+        return candidate
+    return grid_file.parent / candidate
+
+
+class Benchmark:
+    """A parsed, checked grid. ``Benchmark(path).run()`` runs what is left of it.
+
+    Args:
+        path: the grid YAML.
+        parallel: runs at a time (overrides the file's ``parallel``).
+        output_dir: where ``<name>/`` goes (overrides the file's ``output_dir``).
+    """
+
+    def __init__(self, path: str | os.PathLike, parallel: int | None = None, output_dir: str | None = None) -> None:
+        self.path = Path(path)
+        grid = _read_yaml(self.path, "config")
+        unknown = set(grid) - {"name", "output_dir", "parallel", "seeds", "algorithms", "tasks", "overrides"}
+        if unknown:
+            raise ConfigError(f"config: unknown grid keys {sorted(unknown)}; allowed: name, output_dir, parallel, "
+                              f"seeds, algorithms, tasks, overrides")
+        self.name = str(grid.get("name") or self.path.stem)
+        self.root = Path(output_dir or grid.get("output_dir", "runs/benchmarks")) / self.name
+        self.parallel = positive_int("parallel", parallel if parallel is not None else grid.get("parallel", 1))
+        seeds = grid.get("seeds", [0])
+        if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                               for s in seeds):
+            raise ConfigError(f"seeds: must be a non-empty list of integers, got {seeds!r}")
+        for key in ("algorithms", "tasks"):
+            if not isinstance(grid.get(key), dict) or not grid[key]:
+                raise ConfigError(f"{key}: the grid needs a mapping of names to {key}, got {grid.get(key)!r}")
+        overrides = grid.get("overrides") or {}
+        if not isinstance(overrides, dict):
+            raise ConfigError(f"overrides: must be a mapping of dotted keys to values, got {overrides!r}")
+        tasks = {name: self._task(name, value) for name, value in grid["tasks"].items()}
+        self.runs: list[Run] = []
+        for alg_name, value in grid["algorithms"].items():
+            base, alg_overrides, algorithm = self._algorithm(alg_name, value)
+            for task_name, (task_config, task) in tasks.items():
+                supported = algorithm.supports_continuous_actions if task.continuous_actions \
+                    else algorithm.supports_discrete_actions
+                if not supported:
+                    kind = "continuous" if task.continuous_actions else "discrete"
+                    raise ConfigError(f"algorithms.{alg_name}: {algorithm.__name__} does not take the {kind} actions "
+                                      f"of task {task_name!r}; allowed: tasks with the actions it supports")
+                for seed in seeds:
+                    folder = self.root / task_name / alg_name / f"seed_{seed}"
+                    config = self._run_config(base, task_config, seed, folder, {**overrides, **alg_overrides})
+                    self.runs.append(Run(alg_name, task_name, seed, folder, config))
+
+    # ---------------------------------------------------------------------- checks
+    def _task(self, name: str, value: Any) -> tuple[dict[str, Any], Task]:
+        if not isinstance(value, dict) or "class_path" not in value:
+            raise ConfigError(f"tasks.{name}: must be a mapping with class_path and init_args, got {value!r}")
+        try:
+            task = instantiate(value, Task, f"tasks.{name}")
+        except ConfigError as err:
+            raise ConfigError(f"tasks.{name}: unknown or invalid task: {err}") from None
+        except TypeError as err:
+            raise ConfigError(f"tasks.{name}: invalid init_args: {err}") from None
+        try:
+            task.specs  # a one-env probe: a bad scenario argument shows now, not hours into the grid
+        except ConfigError:
+            raise
+        except Exception as err:  # noqa: BLE001 (the simulator's own error, whatever its type)
+            raise ConfigError(f"tasks.{name}: {task.name} cannot be built with {value.get('init_args')}: {err}") from None
+        return copy.deepcopy(value), task
+
+    def _algorithm(self, name: str, value: Any) -> tuple[dict[str, Any], dict[str, Any], type]:
+        from lit_marl.algorithms.base import MarlAlgorithm
+
+        if isinstance(value, str):
+            value = {"config": value}
+        if not isinstance(value, dict) or "config" not in value:
+            raise ConfigError(f"algorithms.{name}: must be a config path or {{config, overrides}}, got {value!r}")
+        base = _read_yaml(_resolve(str(value["config"]), self.path), f"algorithms.{name}.config")
+        class_path = str((base.get("model") or {}).get("class_path", ""))
+        module_name, _, cls_name = class_path.rpartition(".")
+        try:
+            algorithm = getattr(importlib.import_module(module_name), cls_name)
+        except (ImportError, AttributeError, ValueError):
+            algorithm = None
+        if not (isinstance(algorithm, type) and issubclass(algorithm, MarlAlgorithm) and algorithm.algorithm_name):
+            from lit_marl.evaluation.evaluate import algorithms_by_name
+
+            known = ", ".join(f"{c.__module__}.{c.__name__}" for c in algorithms_by_name().values())
+            raise ConfigError(f"algorithms.{name}: unknown algorithm class_path {class_path!r} in {value['config']}; "
+                              f"allowed: a MarlAlgorithm subclass such as {known}")
+        overrides = value.get("overrides") or {}
+        if not isinstance(overrides, dict):
+            raise ConfigError(f"algorithms.{name}.overrides: must be a mapping, got {overrides!r}")
+        return base, overrides, algorithm
+
+    def _run_config(self, base: dict[str, Any], task: dict[str, Any], seed: int, folder: Path,
+                    overrides: dict[str, Any]) -> dict[str, Any]:
+        config = copy.deepcopy(base)
+        config["seed_everything"] = seed
+        _set_dotted(config, "model.init_args.task", task, "tasks")
+        for key, value in overrides.items():
+            _set_dotted(config, key, value, "overrides")
+        trainer = config.setdefault("trainer", {})
+        trainer["logger"] = {"class_path": "lightning.pytorch.loggers.CSVLogger",
+                             "init_args": {"save_dir": str(folder), "name": "train"}}
+        trainer.setdefault("enable_progress_bar", False)
+        callbacks = list(trainer.get("callbacks") or [])
+        callbacks.append({"class_path": "lit_marl.evaluation.MarlEvalJson",
+                          "init_args": {"path": str(folder / "marl_eval.json")}})
+        trainer["callbacks"] = callbacks
+        return config
+
+    # ---------------------------------------------------------------------- running
+    def prepare(self, run: Run) -> None:
+        """Decide what ``run`` needs: nothing (finished), a resume (a ``last.ckpt``) or a fresh start."""
+        if (run.folder / FINISHED).is_file():
+            run.status = "skipped"
+            return
+        text = yaml.safe_dump(run.config, sort_keys=False)
+        config_file = run.folder / RUN_CONFIG
+        if config_file.is_file():
+            if config_file.read_text() != text:
+                raise ConfigError(f"config: the grid changed since run {run.name} started ({config_file} differs); "
+                                  f"allowed: the same grid, or another name/output_dir for a new benchmark")
+        else:
+            write_atomic(config_file, text)
+        checkpoints = sorted(run.folder.glob("train/version_*/checkpoints/last.ckpt"),
+                             key=lambda p: int(p.parent.parent.name.split("_")[1]))
+        run.resumed_from = checkpoints[-1] if checkpoints else None
+
+    def command(self, run: Run) -> list[str]:
+        cmd = [sys.executable, "-m", "lit_marl.cli", "fit", "--config", str(run.folder / RUN_CONFIG)]
+        if run.resumed_from is not None:
+            cmd += ["--ckpt_path", str(run.resumed_from)]
+        return cmd
+
+    def run(self, log=print) -> list[Run]:
+        """Run what is left of the grid, ``parallel`` processes at a time; returns every run with its status."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for run in self.runs:
+            self.prepare(run)
+        todo = [r for r in self.runs if r.status == "pending"]
+        log(f"lit-marl benchmark {self.name}: {len(self.runs)} runs, {len(self.runs) - len(todo)} finished, "
+            f"{sum(r.resumed_from is not None for r in todo)} to resume, "
+            f"{sum(r.resumed_from is None for r in todo)} to start ({self.parallel} at a time)")
+        # each run imports this lit_marl, whatever the working directory
+        package_root = str(Path(__file__).resolve().parents[2])
+        python_path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONPATH": python_path}
+        running: list[tuple[Run, subprocess.Popen, float, Any]] = []
+        while todo or running:
+            while todo and len(running) < self.parallel:
+                run = todo.pop(0)
+                log(f"  {'resume' if run.resumed_from else 'start '} {run.name}")
+                out = open(run.folder / "train.log", "a")
+                proc = subprocess.Popen(self.command(run), stdout=out, stderr=subprocess.STDOUT, env=env)
+                running.append((run, proc, time.perf_counter(), out))
+            time.sleep(0.2)
+            for item in list(running):
+                run, proc, start, out = item
+                if proc.poll() is None:
+                    continue
+                running.remove(item)
+                out.close()
+                run.seconds = time.perf_counter() - start
+                if proc.returncode == 0:
+                    run.info = _final_metrics(run.folder)
+                    run.info["seconds"] = run.seconds
+                    run.info["resumed_from"] = None if run.resumed_from is None else str(run.resumed_from)
+                    write_json(run.folder / FINISHED, run.info)
+                    run.status = "finished"
+                else:
+                    run.status = "failed"
+                    log(f"  FAILED {run.name} (exit {proc.returncode}); see {run.folder / 'train.log'}")
+        for run in self.runs:
+            if run.status == "skipped":
+                run.info = _final_metrics(run.folder)
+        table = summary_table(self.runs)
+        write_atomic(self.root / "summary.md", table, overwrite=True)  # derived from the run folders
+        log(table)
+        return self.runs
+
+
+def _final_metrics(folder: Path) -> dict[str, Any]:
+    """Frames and last ``val/return`` from the newest metrics.csv, and the absolute metric, of one run."""
+    info: dict[str, Any] = {}
+    for metrics in sorted(folder.glob("train/version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1])):
+        for row in csv.DictReader(open(metrics)):
+            if row.get("counters/frames"):
+                info["frames"] = int(float(row["counters/frames"]))
+            if row.get("val/return"):
+                info["val_return"] = float(row["val/return"])
+    marl_eval = folder / "marl_eval.json"
+    if marl_eval.is_file():
+        import json
+
+        data = json.loads(marl_eval.read_text())
+        for env in data.values():
+            for task in env.values():
+                for alg in task.values():
+                    for seed in alg.values():
+                        if "absolute_metrics" in seed:
+                            returns = seed["absolute_metrics"]["return"]
+                            info["absolute_return"] = sum(returns) / len(returns)
+    return info
+
+
+def summary_table(runs: list[Run]) -> str:
+    """A Markdown table of every run: status, frames, last evaluation return, absolute metric, wall time."""
+    lines = ["| task | algorithm | seed | status | frames | val/return | absolute return | seconds |",
+             "|---|---|---|---|---:|---:|---:|---:|"]
+
+    def fmt(value: Any, spec: str) -> str:
+        return "" if value is None else format(value, spec)
+
+    for run in runs:
+        info = run.info
+        lines.append(f"| {run.task} | {run.algorithm} | {run.seed} | {run.status}"
+                     f"{' (resumed)' if run.resumed_from is not None and run.status == 'finished' else ''} | "
+                     f"{fmt(info.get('frames'), 'd')} | {fmt(info.get('val_return'), '.3f')} | "
+                     f"{fmt(info.get('absolute_return'), '.3f')} | {fmt(info.get('seconds') if run.status == 'finished' else None, '.1f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    """``lit-marl benchmark --config GRID [--parallel N] [--output_dir DIR] [--dry_run]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="lit-marl benchmark", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="the grid YAML (configs/benchmarks/*.yaml)")
+    parser.add_argument("--parallel", type=int, default=None, help="runs at a time (default: the grid's)")
+    parser.add_argument("--output_dir", default=None, help="where <name>/ goes (default: the grid's)")
+    parser.add_argument("--dry_run", action="store_true", help="check the grid and list the runs, run nothing")
+    args = parser.parse_args(argv)
+    bench = Benchmark(args.config, parallel=args.parallel, output_dir=args.output_dir)
+    if args.dry_run:
+        for run in bench.runs:
+            print(f"{run.name} -> {run.folder}")
+        return 0
+    torch.set_num_threads(1)
+    runs = bench.run()
+    return 1 if any(r.status == "failed" for r in runs) else 0

@@ -1,0 +1,138 @@
+"""``lit-marl benchmark``: the grid is checked before anything runs, one folder per run, and a re-run after a kill
+skips finished runs and resumes the interrupted one from its last.ckpt."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lit_marl.cli import main
+from lit_marl.evaluation.benchmark import Benchmark
+from tests.conftest import CONFIGS, ROOT
+from tests.test_cli import _tiny_balance
+
+GRIDS = sorted((CONFIGS / "benchmarks").glob("*.yaml"))
+
+
+def _grid(tmp_path: Path, **changes) -> Path:
+    grid = {
+        "name": "tiny",
+        "output_dir": str(tmp_path / "bench"),
+        "seeds": [0, 1],
+        "algorithms": {"mappo": str(_tiny_balance(tmp_path / "mappo.yaml"))},
+        "tasks": {"balance": {"class_path": "lit_marl.envs.VmasTask",
+                              "init_args": {"scenario": "balance", "max_steps": 10,
+                                            "scenario_kwargs": {"n_agents": 2}}}},
+        "overrides": {"model.init_args.max_frames": 400, "trainer.check_val_every_n_epoch": 5,
+                      "checkpoint.every_n_epochs": 1, "model.init_args.n_minibatch_iters": 1},
+    }
+    grid.update(changes)
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    return path
+
+
+def _frames(metrics: Path) -> list[int]:
+    return sorted({int(float(r["counters/frames"])) for r in csv.DictReader(open(metrics)) if r.get("counters/frames")})
+
+
+@pytest.mark.slow  # four lit-marl processes: about 40 s on two busy cores
+def test_benchmark_resumes_after_a_kill_without_repeating_finished_runs(tmp_path, capsys):
+    grid = _grid(tmp_path)
+    root = tmp_path / "bench" / "tiny" / "balance" / "mappo"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "lit_marl.cli", "benchmark", "--config", str(grid)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while not (root / "seed_1" / "train" / "version_0" / "checkpoints" / "last.ckpt").is_file():
+            assert proc.poll() is None and time.time() < deadline, "the benchmark ended before it could be killed"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the runner and its fit process
+        proc.wait()
+    assert (root / "seed_0" / "finished.json").is_file() and not (root / "seed_1" / "finished.json").exists()
+    finished_before = (root / "seed_0" / "finished.json").read_bytes()
+    killed_at = _frames(root / "seed_1" / "train" / "version_0" / "metrics.csv")[-1]
+    assert 0 < killed_at < 400
+
+    main(["benchmark", "--config", str(grid)])
+    out = capsys.readouterr().out
+    assert "1 finished, 1 to resume, 0 to start" in out
+    # the finished run was not repeated
+    assert [p.name for p in (root / "seed_0" / "train").iterdir()] == ["version_0"]
+    assert (root / "seed_0" / "finished.json").read_bytes() == finished_before
+    # the interrupted one continued from its last.ckpt
+    resumed = _frames(root / "seed_1" / "train" / "version_1" / "metrics.csv")
+    assert resumed[0] > 40 and resumed[-1] == 400
+    info = json.loads((root / "seed_1" / "finished.json").read_text())
+    assert info["frames"] == 400 and info["resumed_from"].endswith("version_0/checkpoints/last.ckpt")
+    steps = json.loads((root / "seed_1" / "marl_eval.json").read_text())["vmas"]["balance"]["mappo"]["seed_1"]
+    assert [steps[f"step_{k}"]["step_count"] for k in range(2)] == [200, 400]
+    assert "| balance | mappo | 1 | finished (resumed) | 400 |" in out
+    assert (tmp_path / "bench" / "tiny" / "summary.md").read_text() in out
+
+    main(["benchmark", "--config", str(grid)])  # everything finished: nothing runs
+    assert "2 finished, 0 to resume, 0 to start" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("change", "fragments"),
+    [
+        ({"tasks": {"balanse": {"class_path": "lit_marl.envs.VmasTask", "init_args": {"scenario": "balanse"}}}},
+         ["tasks.balanse", "unknown VMAS scenario 'balanse'"]),
+        ({"tasks": {"t": {"class_path": "lit_marl.envs.NoSuchTask", "init_args": {}}}},
+         ["tasks.t", "NoSuchTask"]),
+        ({"algorithms": {"vdn": str(CONFIGS / "vdn_vmas_navigation.yaml")}},  # discrete-only on a continuous task
+         ["algorithms.vdn", "VDN", "continuous", "'balance'"]),
+        ({"seeds": []}, ["seeds", "[]"]),
+    ],
+)
+def test_a_bad_grid_is_refused_before_anything_runs(tmp_path, capsys, change, fragments):
+    grid = _grid(tmp_path, **change)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["benchmark", "--config", str(grid)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+    assert not (tmp_path / "bench").exists()
+
+
+def test_an_unknown_algorithm_is_refused(tmp_path, capsys):
+    config = yaml.safe_load(_tiny_balance(tmp_path / "mappo.yaml").read_text())
+    config["model"]["class_path"] = "lit_marl.algorithms.MAPO"
+    (tmp_path / "mapo.yaml").write_text(yaml.safe_dump(config))
+    grid = _grid(tmp_path)
+    data = yaml.safe_load(grid.read_text())
+    data["algorithms"] = {"mapo": str(tmp_path / "mapo.yaml")}
+    grid.write_text(yaml.safe_dump(data))
+    with pytest.raises(SystemExit):
+        main(["benchmark", "--config", str(grid)])
+    err = capsys.readouterr().err
+    assert "algorithms.mapo" in err and "'lit_marl.algorithms.MAPO'" in err and "MAPPO" in err
+
+
+@pytest.mark.parametrize("grid", [g.name for g in GRIDS])
+def test_every_benchmark_grid_is_valid(grid, capsys):
+    bench = Benchmark(CONFIGS / "benchmarks" / grid)  # imports every algorithm, probes every task
+    assert len(bench.runs) == len({r.folder for r in bench.runs}) > 1
+    for run in {(r.algorithm, r.task): r for r in bench.runs}.values():  # each algorithm × task config parses
+        path = Path(f"{run.algorithm}_{run.task}.yaml")
+        path.write_text(yaml.safe_dump(run.config))
+        with pytest.raises(SystemExit) as exit_info:
+            main(["fit", "--config", str(path), "--print_config"])
+        assert exit_info.value.code in (0, None)
+        printed = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]["task"]
+        given = run.config["model"]["init_args"]["task"]
+        assert printed["class_path"] == given["class_path"]
+        assert {k: printed["init_args"][k] for k in given["init_args"]} == given["init_args"]
