@@ -1,0 +1,277 @@
+"""``lit-marl report``: benchmark statistics over runs, as PNG plots and Markdown/LaTeX tables.
+
+Reads marl-eval JSON files (``marl_eval.json``, written by :class:`~lit_marl.evaluation.marl_eval.MarlEvalJson`
+in every benchmark run) found under the given folders. A run's score is the mean return of its
+``absolute_metrics`` (the best policy on 10× the evaluation episodes), or of its last evaluation where there is
+none. Per task: mean and IQM of the raw scores with bootstrap CIs over seeds. Over tasks, on min-max normalised
+scores (per task, by the lowest and highest score of any run): mean, median, IQM and optimality gap with
+stratified bootstrap CIs, the probability of improvement of each algorithm over each other, performance
+profiles and sample-efficiency curves (Agarwal et al., NeurIPS 2021). Every algorithm must have run every task
+with the same seeds: a report over mismatched runs is refused, naming what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lit_marl.errors import ConfigError
+from lit_marl.evaluation import statistics as st
+from lit_marl.evaluation.io import write_atomic, write_json
+from lit_marl.evaluation.marl_eval import FILE_NAME
+
+#: run index: {task ("env/task"): {algorithm: {seed: run entry of the marl-eval JSON}}}
+Runs = dict[str, dict[str, dict[int, dict[str, Any]]]]
+
+
+def load_runs(paths: list[str | os.PathLike]) -> Runs:
+    """Every run of the marl-eval JSON files at ``paths`` (files, or folders searched for ``marl_eval.json``)."""
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            files.extend(sorted(path.rglob(FILE_NAME)))
+        else:
+            raise ConfigError(f"report: {str(path)!r} does not exist")
+    if not files:
+        raise ConfigError(f"report: no {FILE_NAME} under {', '.join(map(str, paths))}; allowed: benchmark folders "
+                          f"(lit-marl benchmark) or marl-eval JSON files")
+    runs: Runs = {}
+    for file in files:
+        data = json.loads(file.read_text())
+        for env, tasks in data.items():
+            for task, algorithms in tasks.items():
+                for algorithm, seeds in algorithms.items():
+                    for seed_key, run in seeds.items():
+                        seed = int(seed_key.removeprefix("seed_"))
+                        entry = runs.setdefault(f"{env}/{task}", {}).setdefault(algorithm, {})
+                        if seed in entry:
+                            raise ConfigError(f"report: run {env}/{task} {algorithm} seed {seed} appears twice "
+                                              f"(again in {file})")
+                        if not any(k.startswith("step_") for k in run) and "absolute_metrics" not in run:
+                            continue  # started, never evaluated
+                        entry[seed] = run
+    return runs
+
+
+def check_complete(runs: Runs) -> tuple[list[str], list[str], list[int]]:
+    """Tasks, algorithms and seeds, when every algorithm ran every task with every seed; else a ConfigError
+    listing the missing ``task / algorithm / seed`` runs."""
+    tasks = sorted(runs)
+    algorithms = sorted({a for by_alg in runs.values() for a in by_alg})
+    seeds = sorted({s for by_alg in runs.values() for by_seed in by_alg.values() for s in by_seed})
+    missing = [f"{t} / {a} / seed {s}" for t in tasks for a in algorithms for s in seeds
+               if s not in runs[t].get(a, {})]
+    if missing:
+        raise ConfigError(f"report: the runs do not cover every task × algorithm × seed; missing {len(missing)}: "
+                          f"{', '.join(missing[:20])}{' …' if len(missing) > 20 else ''}; allowed: complete grids "
+                          f"(finish them with lit-marl benchmark, or report on a subset folder)")
+    if not tasks:
+        raise ConfigError("report: no evaluated run found")
+    return tasks, algorithms, seeds
+
+
+def _steps(run: dict[str, Any]) -> list[dict[str, Any]]:
+    return sorted((v for k, v in run.items() if k.startswith("step_")), key=lambda v: v["step_count"])
+
+
+def run_score(run: dict[str, Any]) -> float:
+    """The absolute metric's mean return, else the last evaluation's."""
+    if "absolute_metrics" in run:
+        return float(np.mean(run["absolute_metrics"]["return"]))
+    return float(np.mean(_steps(run)[-1]["return"]))
+
+
+def compute(runs: Runs, n_resamples: int = st.N_RESAMPLES, seed: int = 0,
+            confidence: float = st.CONFIDENCE) -> dict[str, Any]:
+    """Every statistic of the report, as plain data."""
+    tasks, algorithms, seeds = check_complete(runs)
+    raw = {a: np.array([[run_score(runs[t][a][s]) for t in tasks] for s in seeds]) for a in algorithms}
+    low = np.min([raw[a].min(0) for a in algorithms], axis=0)
+    high = np.max([raw[a].max(0) for a in algorithms], axis=0)
+    normalised = st.min_max_normalise(raw, low, high)
+    kw = dict(confidence=confidence, n_resamples=n_resamples, seed=seed)
+
+    per_task = {t: {a: {name: st.estimate([raw[a][:, i]], st.AGGREGATES[name], **kw) for name in ("mean", "iqm")}
+                    for a in algorithms} for i, t in enumerate(tasks)}
+    aggregate = {a: st.aggregate_metrics(normalised[a], **kw) for a in algorithms}
+    improvement = {f"{x} > {y}": st.probability_of_improvement(normalised[x], normalised[y], **kw)
+                   for x in algorithms for y in algorithms if x != y}
+    taus = np.linspace(0.0, 1.0, 21)
+    profiles = {a: st.performance_profile(normalised[a], taus, **kw) for a in algorithms}
+
+    curves: dict[str, Any] = {}
+    for a in algorithms:
+        counts = sorted(set.intersection(*[{v["step_count"] for v in _steps(runs[t][a][s])}
+                                           for t in tasks for s in seeds]))
+        if not counts:
+            continue
+        values = np.array([[[np.mean(next(v["return"] for v in _steps(runs[t][a][s]) if v["step_count"] == c))
+                             for c in counts] for t in tasks] for s in seeds])  # [runs, tasks, points]
+        span = np.where(high > low, high - low, 1.0)
+        curve = st.sample_efficiency((values - low[None, :, None]) / span[None, :, None], **kw)
+        curve["raw_mean"] = values.mean(0).tolist()  # [tasks, points]
+        curves[a] = {"frames": counts, **curve}
+    return {
+        "tasks": tasks, "algorithms": algorithms, "seeds": seeds, "confidence": confidence,
+        "n_resamples": n_resamples, "bootstrap_seed": seed,
+        "scores": {a: raw[a].tolist() for a in algorithms},
+        "normalisation": {"low": low.tolist(), "high": high.tolist()},
+        "per_task": per_task, "aggregate": aggregate, "probability_of_improvement": improvement,
+        "performance_profiles": profiles, "sample_efficiency": curves,
+    }
+
+
+# ----------------------------------------------------------------------------------------------- tables
+def _cell(e: dict[str, Any], digits: int = 3) -> str:
+    return f"{e['value']:.{digits}f} [{e['ci_low']:.{digits}f}, {e['ci_high']:.{digits}f}]"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    conf = f"{result['confidence']:.0%}"
+    lines = [f"# Benchmark report", "",
+             f"{len(result['algorithms'])} algorithms × {len(result['tasks'])} tasks × {len(result['seeds'])} seeds "
+             f"({', '.join(map(str, result['seeds']))}). Values with {conf} bootstrap CIs "
+             f"({result['n_resamples']} resamples; stratified over tasks for aggregates).", "",
+             "## Aggregate (min-max normalised per task)", "",
+             "| algorithm | mean | median | IQM | optimality gap |", "|---|---|---|---|---|"]
+    for a in result["algorithms"]:
+        agg = result["aggregate"][a]
+        lines.append(f"| {a} | {_cell(agg['mean'])} | {_cell(agg['median'])} | {_cell(agg['iqm'])} | "
+                     f"{_cell(agg['optimality_gap'])} |")
+    lines += ["", "![aggregate](aggregate_metrics.png)", "", "## Per task (raw return)", "",
+              "| task | algorithm | mean | IQM |", "|---|---|---|---|"]
+    for t in result["tasks"]:
+        for a in result["algorithms"]:
+            e = result["per_task"][t][a]
+            lines.append(f"| {t} | {a} | {_cell(e['mean'])} | {_cell(e['iqm'])} |")
+    lines += ["", "## Probability of improvement", "", "| X > Y | P(X > Y) |", "|---|---|"]
+    for pair, e in result["probability_of_improvement"].items():
+        lines.append(f"| {pair} | {_cell(e)} |")
+    lines += ["", "![performance profiles](performance_profile.png)", "",
+              "![sample efficiency](sample_efficiency.png)", "", "![per-task curves](task_curves.png)", ""]
+    return "\n".join(lines)
+
+
+def latex(result: dict[str, Any]) -> str:
+    def cell(e: dict[str, Any]) -> str:
+        return f"{e['value']:.3f} \\scriptsize{{[{e['ci_low']:.3f}, {e['ci_high']:.3f}]}}"
+
+    def escape(text: str) -> str:
+        return text.replace("_", "\\_").replace("&", "\\&").replace("%", "\\%")
+
+    lines = ["% requires \\usepackage{booktabs}", "\\begin{tabular}{lllll}", "\\toprule",
+             "Algorithm & Mean & Median & IQM & Optimality gap \\\\", "\\midrule"]
+    for a in result["algorithms"]:
+        agg = result["aggregate"][a]
+        lines.append(f"{escape(a)} & {cell(agg['mean'])} & {cell(agg['median'])} & {cell(agg['iqm'])} & "
+                     f"{cell(agg['optimality_gap'])} \\\\")
+    lines += ["\\bottomrule", "\\end{tabular}", "", "\\begin{tabular}{llll}", "\\toprule",
+              "Task & Algorithm & Mean return & IQM return \\\\", "\\midrule"]
+    for t in result["tasks"]:
+        for a in result["algorithms"]:
+            e = result["per_task"][t][a]
+            lines.append(f"{escape(t)} & {escape(a)} & {cell(e['mean'])} & {cell(e['iqm'])} \\\\")
+    lines += ["\\bottomrule", "\\end{tabular}", ""]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ plots
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise ConfigError("report: plots need matplotlib; allowed: pip install matplotlib "
+                          "(or pip install 'lit-marl[eval]')") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, path: Path) -> None:
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
+    fig.savefig(tmp, dpi=120, bbox_inches="tight")
+    os.replace(tmp, path)
+
+
+def plots(result: dict[str, Any], out: Path) -> list[Path]:
+    plt = _pyplot()
+    algorithms = result["algorithms"]
+    colors = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(algorithms)}
+    written = []
+
+    names = ["mean", "median", "iqm", "optimality_gap"]
+    fig, axes = plt.subplots(1, 4, figsize=(14, 0.6 * len(algorithms) + 1.5), sharey=True)
+    for ax, name in zip(axes, names):
+        for y, a in enumerate(algorithms):
+            e = result["aggregate"][a][name]
+            ax.barh(y, e["ci_high"] - e["ci_low"], left=e["ci_low"], height=0.6, color=colors[a], alpha=0.7)
+            ax.vlines(e["value"], y - 0.3, y + 0.3, color="black")
+        ax.set_title(name.replace("_", " ").replace("iqm", "IQM"))
+        ax.set_xlabel("normalised score")
+    axes[0].set_yticks(range(len(algorithms)), algorithms)
+    _save(fig, out / "aggregate_metrics.png"), plt.close(fig), written.append(out / "aggregate_metrics.png")
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for a in algorithms:
+        p = result["performance_profiles"][a]
+        ax.plot(p["tau"], p["value"], color=colors[a], label=a)
+        ax.fill_between(p["tau"], p["ci_low"], p["ci_high"], color=colors[a], alpha=0.2)
+    ax.set_xlabel("normalised score τ"), ax.set_ylabel("fraction of runs with score > τ"), ax.legend()
+    _save(fig, out / "performance_profile.png"), plt.close(fig), written.append(out / "performance_profile.png")
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for a, c in result["sample_efficiency"].items():
+        ax.plot(c["frames"], c["value"], color=colors[a], label=a)
+        ax.fill_between(c["frames"], c["ci_low"], c["ci_high"], color=colors[a], alpha=0.2)
+    ax.set_xlabel("frames"), ax.set_ylabel("IQM normalised return"), ax.legend()
+    _save(fig, out / "sample_efficiency.png"), plt.close(fig), written.append(out / "sample_efficiency.png")
+
+    tasks = result["tasks"]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.5), squeeze=False)
+    for i, (ax, t) in enumerate(zip(axes[0], tasks)):
+        for a, c in result["sample_efficiency"].items():
+            ax.plot(c["frames"], c["raw_mean"][i], color=colors[a], label=a)
+        ax.set_title(t), ax.set_xlabel("frames"), ax.set_ylabel("mean return over seeds")
+    axes[0][0].legend()
+    _save(fig, out / "task_curves.png"), plt.close(fig), written.append(out / "task_curves.png")
+    return written
+
+
+def report(paths: list[str | os.PathLike], out: str | os.PathLike, n_resamples: int = st.N_RESAMPLES,
+           seed: int = 0) -> dict[str, Any]:
+    """Write the report of the runs under ``paths`` into the new folder ``out``; returns its numbers."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"out: {str(out)!r} already exists and is not empty; nothing was written; allowed: a new "
+                          f"or empty folder")
+    runs = load_runs(list(paths))
+    result = compute(runs, n_resamples=n_resamples, seed=seed)
+    _pyplot()  # fail before writing anything
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "report.json", result)
+    write_atomic(out / "report.md", markdown(result))
+    write_atomic(out / "report.tex", latex(result))
+    plots(result, out)
+    return result
+
+
+def main(argv: list[str]) -> int:
+    """``lit-marl report DIR [DIR ...] --out OUT``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="lit-marl report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", help="benchmark folders or marl-eval JSON files")
+    parser.add_argument("--out", required=True, help="a new folder for report.md, report.tex, report.json, PNGs")
+    parser.add_argument("--n_resamples", type=int, default=st.N_RESAMPLES, help="bootstrap resamples")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    args = parser.parse_args(argv)
+    result = report(args.paths, args.out, n_resamples=args.n_resamples, seed=args.seed)
+    print(markdown(result).split("## Per task")[0])
+    print(f"lit-marl report: {args.out}/report.md, report.tex, report.json and plots")
+    return 0
