@@ -284,14 +284,17 @@ def test_tic_tac_toe_win_rate_against_a_random_player_rises(tmp_path):
     assert after["win"] - before["win"] >= WIN_MARGIN
 
 
-#: measured on this 2-core machine, see the test's docstring for numbers
-ITERATIONS_TTT = 30
-WIN_MARGIN = 0.15
+#: measured on this 2-core machine (seed 0, 200 games, player_1 deterministic vs random): win rate 0.64 -> 0.78
+#: after 15 iterations (13.5k frames, about 100 s), 0.64 -> 0.88 after 30
+ITERATIONS_TTT = 15
+WIN_MARGIN = 0.10
 
 
 @pytest.mark.learning
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0])
 def test_mappo_raises_the_return_on_simple_spread(tmp_path, seed):
+    """Measured (discrete, 25 steps, 20k frames, about 45 s each): seed 0 -33.4 -> -27.5, seed 1 -58.3 -> -30.4,
+    seed 2 -44.1 -> -25.3."""
     pl.seed_everything(seed)
     task = PettingZooTask("simple_spread", max_steps=25, continuous_actions=False)
     model = MAPPO(task, actor_model=Mlp([64, 64]), critic_model=Mlp([64, 64]), frames_per_batch=1000, num_envs=20,

@@ -51,10 +51,13 @@ class PettingZooEntry:
     defaults: dict[str, Any] = field(default_factory=dict)
     #: the longest episode of a game without a ``max_cycles`` argument
     game_length: int | None = None
+    #: the env's ``state()`` is a usable global state (BenchMARL's ``has_state``: MPE; multiwalker's ``state()``
+    #: fails once a walker has fallen)
+    has_state: bool = False
 
 
 def _mpe(name: str, **defaults: Any) -> PettingZooEntry:
-    return PettingZooEntry(f"mpe2.{name}", "pettingzoo", "both", {"max_cycles": 100, **defaults})
+    return PettingZooEntry(f"mpe2.{name}", "pettingzoo", "both", {"max_cycles": 100, **defaults}, has_state=True)
 
 
 #: every PettingZoo task lit-marl builds (``pettingzoo`` 1.27 no longer ships SISL's waterworld)
@@ -119,7 +122,7 @@ class PettingZooTask(Task):
             ``agents`` with shared networks (turn-based games: self-play); ``"all_in_one_group"``,
             ``"one_group_per_agent"`` or an explicit ``{group: [agent names]}``.
         return_state: put the env's global state (``state()``) at the root key ``"state"`` for centralised
-            critics and mixers; default: where the env offers one (MPE).
+            critics and mixers; default: where the env offers a usable one (MPE, as BenchMARL).
         num_workers: worker processes that step the episodes (``num_envs`` must be a multiple); 1 steps them
             all in this process.
         **kwargs: more env arguments, merged into ``task_kwargs`` (Python convenience).
@@ -208,23 +211,10 @@ class PettingZooTask(Task):
         kwargs.setdefault("render_mode", "rgb_array")
         return kwargs
 
-    @cached_property
-    def _offers_state(self) -> bool:
-        module = importlib.import_module(self._entry.module)
-        raw = module.env(**self.env_kwargs()) if self.turn_based else module.parallel_env(**self.env_kwargs())
-        try:
-            raw.reset(seed=0)
-            raw.state()
-            return True
-        except (NotImplementedError, AttributeError):
-            return False
-        finally:
-            raw.close()
-
     @property
     def state_key(self) -> str | None:  # type: ignore[override]
-        use = self._offers_state if self.return_state is None else bool(self.return_state)
-        if use and not self._offers_state:
+        use = self._entry.has_state if self.return_state is None else bool(self.return_state)
+        if use and not self._entry.has_state:
             raise ConfigError(f"task.return_state: {self.task} has no global state; allowed: null or false")
         return "state" if use else None
 
