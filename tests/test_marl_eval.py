@@ -15,7 +15,8 @@ from tests.conftest import tiny_kwargs, tiny_task, tiny_trainer
 def test_marl_eval_json_has_the_protocol_structure_and_continues_on_resume(tmp_path):
     path = tmp_path / "marl_eval.json"
     kwargs = tiny_kwargs(evaluation_episodes=3, max_frames=80)
-    trainer = tiny_trainer(tmp_path, max_epochs=-1, callbacks=[MarlEvalJson(str(path))])
+    # absolute metrics in batches of 3 like the evaluations, so its first 3 episodes are theirs
+    trainer = tiny_trainer(tmp_path, max_epochs=-1, callbacks=[MarlEvalJson(str(path), absolute_batch_size=3)])
     trainer.fit(MAPPO(tiny_task(), **kwargs))
     first = json.loads(path.read_text())
     run = first["vmas"]["simple_spread"]["mappo"]["seed_0"]
@@ -31,7 +32,7 @@ def test_marl_eval_json_has_the_protocol_structure_and_continues_on_resume(tmp_p
 
     ckpt = tmp_path / "last.ckpt"
     trainer.save_checkpoint(ckpt)
-    resumed = tiny_trainer(tmp_path / "resumed", max_epochs=-1, callbacks=[MarlEvalJson(str(path))])
+    resumed = tiny_trainer(tmp_path / "resumed", max_epochs=-1, callbacks=[MarlEvalJson(str(path))])  # one batch of 30
     resumed.fit(MAPPO(tiny_task(), **{**kwargs, "max_frames": 160}), ckpt_path=str(ckpt))
     run2 = json.loads(path.read_text())["vmas"]["simple_spread"]["mappo"]["seed_0"]
     assert [run2[f"step_{k}"]["step_count"] for k in range(4)] == [40, 80, 120, 160]

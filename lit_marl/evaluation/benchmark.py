@@ -221,8 +221,21 @@ class Benchmark:
             cmd += ["--ckpt_path", str(run.resumed_from)]
         return cmd
 
-    def run(self, log=print) -> list[Run]:
-        """Run what is left of the grid, ``parallel`` processes at a time; returns every run with its status."""
+    def _finish(self, run: Run, returncode: int, seconds: float, log) -> None:
+        run.seconds = seconds
+        if returncode == 0:
+            run.info = _final_metrics(run.folder)
+            run.info["seconds"] = seconds
+            run.info["resumed_from"] = None if run.resumed_from is None else str(run.resumed_from)
+            write_json(run.folder / FINISHED, run.info)
+            run.status = "finished"
+        else:
+            run.status = "failed"
+            log(f"  FAILED {run.name} (exit {returncode}); see {run.folder / 'train.log'}")
+
+    def run(self, log=print, in_process: bool = False) -> list[Run]:
+        """Run what is left of the grid, ``parallel`` processes at a time (or one after the other in this
+        process with ``in_process``: no process start-up, for notebooks); returns every run with its status."""
         self.root.mkdir(parents=True, exist_ok=True)
         for run in self.runs:
             self.prepare(run)
@@ -236,29 +249,25 @@ class Benchmark:
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONPATH": python_path}
         running: list[tuple[Run, subprocess.Popen, float, Any]] = []
         while todo or running:
-            while todo and len(running) < self.parallel:
+            while todo and (in_process or len(running) < self.parallel):
                 run = todo.pop(0)
                 log(f"  {'resume' if run.resumed_from else 'start '} {run.name}")
+                if in_process:
+                    start = time.perf_counter()
+                    self._finish(run, _fit_in_process(self.command(run)[3:]), time.perf_counter() - start, log)
+                    continue
                 out = open(run.folder / "train.log", "a")
                 proc = subprocess.Popen(self.command(run), stdout=out, stderr=subprocess.STDOUT, env=env)
                 running.append((run, proc, time.perf_counter(), out))
-            time.sleep(0.2)
+            if running:
+                time.sleep(0.2)
             for item in list(running):
                 run, proc, start, out = item
                 if proc.poll() is None:
                     continue
                 running.remove(item)
                 out.close()
-                run.seconds = time.perf_counter() - start
-                if proc.returncode == 0:
-                    run.info = _final_metrics(run.folder)
-                    run.info["seconds"] = run.seconds
-                    run.info["resumed_from"] = None if run.resumed_from is None else str(run.resumed_from)
-                    write_json(run.folder / FINISHED, run.info)
-                    run.status = "finished"
-                else:
-                    run.status = "failed"
-                    log(f"  FAILED {run.name} (exit {proc.returncode}); see {run.folder / 'train.log'}")
+                self._finish(run, proc.returncode, time.perf_counter() - start, log)
         for run in self.runs:
             if run.status == "skipped":
                 run.info = _final_metrics(run.folder)
@@ -266,6 +275,22 @@ class Benchmark:
         write_atomic(self.root / "summary.md", table, overwrite=True)  # derived from the run folders
         log(table)
         return self.runs
+
+
+def _fit_in_process(args: list[str]) -> int:
+    """``lit-marl fit`` in this process; its exit code."""
+    from lit_marl.cli import main as cli_main
+
+    try:
+        cli_main(args)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    except Exception:  # noqa: BLE001 (a failed run must not stop the grid)
+        import traceback
+
+        traceback.print_exc()
+        return 1
+    return 0
 
 
 def _final_metrics(folder: Path) -> dict[str, Any]:
@@ -318,6 +343,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--parallel", type=int, default=None, help="runs at a time (default: the grid's)")
     parser.add_argument("--output_dir", default=None, help="where <name>/ goes (default: the grid's)")
     parser.add_argument("--dry_run", action="store_true", help="check the grid and list the runs, run nothing")
+    parser.add_argument("--in_process", action="store_true", help="run one after the other in this process")
     args = parser.parse_args(argv)
     bench = Benchmark(args.config, parallel=args.parallel, output_dir=args.output_dir)
     if args.dry_run:
@@ -325,5 +351,5 @@ def main(argv: list[str]) -> int:
             print(f"{run.name} -> {run.folder}")
         return 0
     torch.set_num_threads(1)
-    runs = bench.run()
+    runs = bench.run(in_process=args.in_process)
     return 1 if any(r.status == "failed" for r in runs) else 0

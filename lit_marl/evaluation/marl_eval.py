@@ -61,13 +61,18 @@ class MarlEvalJson(MarlCallback):
             old run's file (up to the resumed frame count) and writes into the new run folder.
         absolute_factor: the best policy is re-evaluated on this many times the evaluation episodes at the end
             of training (``absolute_metrics``); 0 turns that off.
+        absolute_batch_size: episodes rolled out in parallel for the absolute metrics (default: all of them;
+            vectorised simulators such as VMAS run a large batch in about the time of a small one).
     """
 
-    def __init__(self, path: str | None = None, absolute_factor: int = 10) -> None:
+    def __init__(self, path: str | None = None, absolute_factor: int = 10, absolute_batch_size: int | None = None) -> None:
         if not isinstance(absolute_factor, int) or absolute_factor < 0:
             raise ConfigError(f"marl_eval.absolute_factor: must be an integer >= 0, got {absolute_factor!r}")
+        if absolute_batch_size is not None and (not isinstance(absolute_batch_size, int) or absolute_batch_size <= 0):
+            raise ConfigError(f"marl_eval.absolute_batch_size: must be a positive integer, got {absolute_batch_size!r}")
         self.path = path
         self.absolute_factor = absolute_factor
+        self.absolute_batch_size = absolute_batch_size
         self.data: dict[str, Any] | None = None
         self.best_return = float("-inf")
         self.best_frames = -1
@@ -132,7 +137,7 @@ class MarlEvalJson(MarlCallback):
         pl_module.load_state_dict(self.best_weights)
         try:
             episodes = pl_module.evaluation_episodes * self.absolute_factor
-            batches = list(EvaluationBatches(episodes, pl_module.evaluation_batch_size, pl_module.evaluation_seed))
+            batches = list(EvaluationBatches(episodes, self.absolute_batch_size or episodes, pl_module.evaluation_seed))
             rollouts = [pl_module.evaluate(b["seed"], b["num_envs"]) for b in batches]
         finally:
             pl_module.load_state_dict(current)
