@@ -156,3 +156,27 @@ def test_compare_pairs_episodes_and_refuses_other_seeds(tmp_path):
     c = evaluate_checkpoint(ckpt, episodes=4, start_seed=3, output_dir=tmp_path / "eval")
     with pytest.raises(ConfigError, match=r"not on the same episodes.*only in A: \[\(0, 0\)"):
         compare(a, c)
+
+
+def test_validation_records_a_video_every_n_evaluations(tmp_path):
+    av = pytest.importorskip("av")
+    trainer = pl.Trainer(max_epochs=3, logger=pl.loggers.CSVLogger(tmp_path, name="run"), enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0, check_val_every_n_epoch=1,
+                         callbacks=[EvaluationReport(val_video_every=2)], enable_checkpointing=False)
+    trainer.fit(MAPPO(tiny_task(), **tiny_kwargs()))
+    videos = sorted((Path(trainer.log_dir) / "videos").iterdir())
+    assert [v.name for v in videos] == ["val_frames_000000040.mp4", "val_frames_000000120.mp4"]  # evaluations 1, 3
+    with av.open(str(videos[0])) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 10
+
+
+def test_test_progress_bar_shows_the_running_mean_return_and_success(capsys):
+    module = MAPPO(CountdownTask(), **tiny_kwargs(test_episodes=4, evaluation_batch_size=2, evaluation_seed=0))
+    report = EvaluationReport(output_dir="eval")
+    trainer = pl.Trainer(logger=False, enable_checkpointing=False, enable_model_summary=False, callbacks=[report])
+    trainer.test(module, verbose=False)
+    records = report.result["per_episode"]
+    postfix = trainer.progress_bar_callback.test_progress_bar.postfix
+    mean = sum(r["return"] for r in records) / 4
+    success = sum(r["success"] for r in records) / 4
+    assert postfix == f"return={mean:.3f}, success={success:.2f}"

@@ -50,14 +50,18 @@ class EvaluationReport(MarlCallback):
         confidence: width of the bootstrap confidence intervals.
         n_resamples: bootstrap resamples.
         checkpoint: the evaluated checkpoint, for provenance (default: the Trainer's ``ckpt_path``).
+        val_video_every: during training, render the first validation episode of every ``val_video_every``-th
+            evaluation to ``<run>/videos/val_frames_<frames>.mp4`` (0: never).
     """
 
     def __init__(self, videos: int = 0, output_dir: str | None = None, export_episodes: bool = False,
                  fps: int = 20, confidence: float = CONFIDENCE, n_resamples: int = N_RESAMPLES,
-                 checkpoint: str | None = None) -> None:
-        if not isinstance(videos, int) or isinstance(videos, bool) or videos < 0:
-            raise ConfigError(f"evaluation.videos: must be an integer >= 0, got {videos!r}")
+                 checkpoint: str | None = None, val_video_every: int = 0) -> None:
+        for name, value in (("videos", videos), ("val_video_every", val_video_every)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"evaluation.{name}: must be an integer >= 0, got {value!r}")
         require_encoder("evaluation.videos", videos)
+        require_encoder("evaluation.val_video_every", val_video_every)
         if not isinstance(fps, int) or fps <= 0:
             raise ConfigError(f"evaluation.fps: must be a positive integer, got {fps!r}")
         if not 0 < confidence < 1:
@@ -69,6 +73,9 @@ class EvaluationReport(MarlCallback):
         self.confidence = float(confidence)
         self.n_resamples = int(n_resamples)
         self.checkpoint = checkpoint
+        self.val_video_every = val_video_every
+        self._evaluations = 0
+        self._running: list[dict[str, Any]] = []
         #: the last ``eval_info`` written, and its folder
         self.result: dict[str, Any] | None = None
         self.folder: Path | None = None
@@ -79,10 +86,33 @@ class EvaluationReport(MarlCallback):
         require_renderer("evaluation.videos", self.videos, pl_module.task)
         scipy_stats()  # fail before the episodes, not after them
         self._start = time.perf_counter()
+        self._running = []
+
+    @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        require_renderer("evaluation.val_video_every", self.val_video_every, pl_module.task)
+
+    @override
+    def on_test_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                          batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Show the running mean return (and success rate) on Lightning's test progress bar."""
+        rollouts = getattr(pl_module, "_eval_rollouts", None)
+        bar = getattr(trainer.progress_bar_callback, "test_progress_bar", None)
+        if not rollouts or bar is None:
+            return
+        self._running.extend(episode_records(pl_module.task, rollouts[-1], batch["seed"], batch["first_episode"]))
+        postfix = {"return": f"{sum(r['return'] for r in self._running) / len(self._running):.3f}"}
+        successes = [r["success"] for r in self._running if r["success"] is not None]
+        if successes:
+            postfix["success"] = f"{sum(successes) / len(successes):.2f}"
+        bar.set_postfix(postfix)
 
     def on_evaluation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                           episodes: list[TensorDictBase]) -> None:
-        if not trainer.testing or not trainer.is_global_zero:
+        if not trainer.testing:
+            self._validation_video(trainer, pl_module)
+            return
+        if not trainer.is_global_zero:
             return
         if trainer.world_size > 1:
             rank_zero_warn("lit-marl: eval_info.json holds rank 0's episodes only under DDP")
@@ -98,6 +128,20 @@ class EvaluationReport(MarlCallback):
             export = export_rollouts(pl_module, batches, episodes, self.folder / "episodes")
             self.result["episodes_export"] = str(export.relative_to(self.folder))
         write_json(self.folder / EVAL_INFO, self.result)
+
+    def _validation_video(self, trainer: pl.Trainer, pl_module) -> None:
+        if not self.val_video_every or trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        self._evaluations += 1
+        if (self._evaluations - 1) % self.val_video_every:
+            return
+        batch = next(iter(pl_module.val_dataloader()))
+        frames, _ = render_batch(pl_module, batch["seed"], batch["num_envs"], [0])
+        folder = Path(trainer.log_dir or trainer.default_root_dir) / "videos"
+        folder.mkdir(parents=True, exist_ok=True)
+        writer = VideoWriter(self.fps)
+        writer.submit(folder / f"val_frames_{pl_module.frames:09d}.mp4", frames[0])
+        _log_videos(pl_module, writer.close(), self.fps, "val/video")
 
     def _parent(self, trainer: pl.Trainer, checkpoint: str | None) -> Path:
         if self.output_dir is not None:
@@ -136,11 +180,11 @@ def _checkpoint_file(ckpt_path: Any) -> str | None:
     return str(ckpt_path) if ckpt_path and Path(str(ckpt_path)).is_file() else None
 
 
-def _log_videos(pl_module: pl.LightningModule, paths: list[Path], fps: int) -> None:
-    """Send the videos to loggers that take files of video (W&B)."""
+def _log_videos(pl_module: pl.LightningModule, paths: list[Path], fps: int, key: str = "test/video") -> None:
+    """Send the videos to loggers that take files of video (W&B's ``log_video``)."""
     for logger in pl_module.loggers:
         if hasattr(logger, "log_video") and paths:
-            logger.log_video("test/video", [str(p) for p in paths], fps=[fps] * len(paths))
+            logger.log_video(key, [str(p) for p in paths], fps=[fps] * len(paths))
 
 
 def build_eval_info(module, batches: list[dict[str, int]], rollouts: list[TensorDictBase], seconds: float,
