@@ -66,8 +66,7 @@ def test_config_round_trip_rebuilds_the_same_task():
     config = task.to_config()
     assert config == {"class_path": "lit_marl.envs.pettingzoo.PettingZooTask",
                       "init_args": {"task": "simple_spread", "max_steps": 25, "continuous_actions": True,
-                                    "task_kwargs": {"N": 2}, "agent_groups": None, "return_state": None,
-                                    "num_workers": 1}}
+                                    "task_kwargs": {"N": 2}, "agent_groups": None, "return_state": None}}
     rebuilt = instantiate(config, Task, "task")
     assert rebuilt.to_config() == config and rebuilt.group_map == {"agent": ["agent_0", "agent_1"]}
     game = PettingZooTask("connect_four")
@@ -88,7 +87,6 @@ def test_unknown_task_lists_close_matches():
     ({"task": "simple_spread", "max_steps": 0}, ["task.max_steps", "0"]),
     ({"task": "simple_spread", "agent_groups": "teams"}, ["task.agent_groups", "'teams'", "one_group_per_agent"]),
     ({"task": "simple_spread", "task_kwargs": {"max_cycles": 5}}, ["task.task_kwargs", "task.max_steps"]),
-    ({"task": "simple_spread", "num_workers": 0}, ["task.num_workers", "0"]),
 ])
 def test_bad_settings_name_field_value_and_allowed(kwargs, fragments):
     with pytest.raises(ConfigError) as err:

@@ -29,7 +29,7 @@ from torchrl.envs import EnvBase, Transform, TransformedEnv
 from torchrl.envs.utils import MarlGroupMapType
 
 from lit_marl.envs.base import Task
-from lit_marl.envs.batching import batched_env, check_workers
+from lit_marl.envs.batching import batched_env
 from lit_marl.errors import ConfigError, positive_int
 
 _GROUP_MAP_TYPES = {
@@ -123,8 +123,6 @@ class PettingZooTask(Task):
             ``"one_group_per_agent"`` or an explicit ``{group: [agent names]}``.
         return_state: put the env's global state (``state()``) at the root key ``"state"`` for centralised
             critics and mixers; default: where the env offers a usable one (MPE, as BenchMARL).
-        num_workers: worker processes that step the episodes (``num_envs`` must be a multiple); 1 steps them
-            all in this process.
         **kwargs: more env arguments, merged into ``task_kwargs`` (Python convenience).
 
     Examples:
@@ -141,7 +139,6 @@ class PettingZooTask(Task):
         task_kwargs: dict[str, Any] | None = None,
         agent_groups: str | dict[str, list[str]] | None = None,
         return_state: bool | None = None,
-        num_workers: int = 1,
         **kwargs: Any,
     ) -> None:
         name = task.rsplit("_v", 1)[0] if task not in PETTINGZOO_TASKS and "_v" in task else task
@@ -181,7 +178,6 @@ class PettingZooTask(Task):
                 f"{', '.join(map(repr, _GROUP_MAP_TYPES))} or a mapping of group name to agent names")
         self.agent_groups = agent_groups
         self.return_state = return_state
-        self.num_workers = check_workers(num_workers)
 
     # Configurable writes init args back from attributes of the same name (resolved values).
     @property
@@ -228,7 +224,7 @@ class PettingZooTask(Task):
     def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
         make_one = functools.partial(_make_pettingzoo, self._entry.module, self.turn_based, self.env_kwargs(),
                                      self._group_map_arg(), self.state_key is not None, str(device))
-        env = batched_env(make_one, num_envs, self.num_workers, device)
+        env = batched_env(make_one, num_envs, device)
         if seed is not None:
             env.set_seed(seed)
         return TransformedEnv(env, AgentView(env.full_observation_spec, list(self._single_group_map), self.turn_based))
