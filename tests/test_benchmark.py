@@ -85,6 +85,17 @@ def test_benchmark_resumes_after_a_kill_without_repeating_finished_runs(tmp_path
     assert "2 finished, 0 to resume, 0 to start" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # two lit-marl processes at once
+def test_benchmark_runs_in_parallel_processes(tmp_path, capsys):
+    grid = _grid(tmp_path, parallel=2, overrides={"model.init_args.max_frames": 80})
+    main(["benchmark", "--config", str(grid)])
+    assert "2 to start (2 at a time)" in capsys.readouterr().out
+    infos = [json.loads((tmp_path / "bench" / "tiny" / "balance" / "mappo" / f"seed_{s}" / "finished.json").read_text())
+             for s in (0, 1)]
+    assert all(i["frames"] == 80 for i in infos)
+    assert max(i["started"] for i in infos) < min(i["ended"] for i in infos)  # they ran at the same time
+
+
 @pytest.mark.parametrize(
     ("change", "fragments"),
     [

@@ -11,7 +11,7 @@ from lit_marl.evaluation.io import sha256
 from tests.test_cli import _fit, _run_dirs, _tiny_balance
 
 
-def test_lit_marl_test_writes_eval_info_and_videos_beside_the_run(tmp_path):
+def test_lit_marl_test_writes_eval_info_and_videos_beside_the_run(tmp_path, capsys):
     pytest.importorskip("av")
     _fit(_tiny_balance(tmp_path / "tiny.yaml"))
     (run,) = _run_dirs()
@@ -33,3 +33,11 @@ def test_lit_marl_test_writes_eval_info_and_videos_beside_the_run(tmp_path):
     main(args)
     assert len(list((run / "eval").iterdir())) == 2
     assert json.loads((folder / "eval_info.json").read_text()) == info
+
+    # the same checkpoint on the same seeds: a paired difference of exactly zero
+    second = next(p for p in (run / "eval").iterdir() if p != folder)
+    capsys.readouterr()
+    main(["compare", str(folder), str(second), "--out", str(tmp_path / "compare.json")])
+    out = capsys.readouterr().out
+    assert "over 5 paired episodes: 0.0000 [0.0000, 0.0000]" in out and "no clear difference" in out
+    assert json.loads((tmp_path / "compare.json").read_text())["episodes"] == 5

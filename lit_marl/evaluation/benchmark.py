@@ -224,8 +224,8 @@ class Benchmark:
     def _finish(self, run: Run, returncode: int, seconds: float, log) -> None:
         run.seconds = seconds
         if returncode == 0:
-            run.info = _final_metrics(run.folder)
-            run.info["seconds"] = seconds
+            run.info = {**_final_metrics(run.folder), "started": run.info.get("started"), "ended": time.time(),
+                        "seconds": seconds}
             run.info["resumed_from"] = None if run.resumed_from is None else str(run.resumed_from)
             write_json(run.folder / FINISHED, run.info)
             run.status = "finished"
@@ -254,11 +254,13 @@ class Benchmark:
                 log(f"  {'resume' if run.resumed_from else 'start '} {run.name}")
                 if in_process:
                     start = time.perf_counter()
+                    run.info["started"] = time.time()
                     self._finish(run, _fit_in_process(self.command(run)[3:]), time.perf_counter() - start, log)
                     continue
                 out = open(run.folder / "train.log", "a")
                 proc = subprocess.Popen(self.command(run), stdout=out, stderr=subprocess.STDOUT, env=env)
                 running.append((run, proc, time.perf_counter(), out))
+                run.info["started"] = time.time()
             if running:
                 time.sleep(0.2)
             for item in list(running):
