@@ -54,9 +54,20 @@ def test_fit_fills_the_buffer_anneals_noise_and_moves_targets(tmp_path, algorith
 
 
 def test_maddpg_critic_is_centralised_and_iddpg_critic_is_local():
+    torch.manual_seed(0)
     maddpg, iddpg = MADDPG(tiny_task(), **ddpg_kwargs()), IDDPG(tiny_task(), **ddpg_kwargs())
-    assert maddpg.critics["agents"][1].module.centralized
-    assert not iddpg.critics["agents"][1].module.centralized
+    specs = maddpg.task.specs
+    n, obs_dim = specs.n_agents("agents"), specs.observation_spec["agents", "observation"].shape[-1]
+    inputs = TensorDict({("agents", "observation"): torch.randn(5, n, obs_dim),
+                         ("agents", "action"): torch.rand(5, n, specs.group_action_spec("agents").shape[-1])}, [5])
+    moved = inputs.clone()
+    moved["agents", "observation"][:, 1] += 1.0  # only agent 1 sees something else
+
+    def q_of_agent_0(model, td):
+        return model.critics["agents"](td.clone())["agents", "state_action_value"][:, 0]
+
+    assert not torch.allclose(q_of_agent_0(maddpg, inputs), q_of_agent_0(maddpg, moved))  # sees all agents
+    torch.testing.assert_close(q_of_agent_0(iddpg, inputs), q_of_agent_0(iddpg, moved))  # sees its own only
 
 
 def test_soft_update_is_polyak_averaging():

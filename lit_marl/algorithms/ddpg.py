@@ -20,7 +20,7 @@ from lit_marl.algorithms.common import q_critic
 from lit_marl.algorithms.off_policy import OffPolicyAlgorithm
 from lit_marl.envs.base import Task
 from lit_marl.errors import one_of
-from lit_marl.models import ModelConfig
+from lit_marl.models import ModelConfig, ModelInputs
 
 
 class DDPG(OffPolicyAlgorithm):
@@ -96,19 +96,14 @@ class DDPG(OffPolicyAlgorithm):
     # ------------------------------------------------------------------ networks
     @override
     def _build_policy(self, group: str) -> TensorDictSequential:
-        specs = self.task.specs
-        action_spec = specs.group_action_spec(group)
-        net = self.actor_model.build_multi_agent(
-            specs.observation_spec[group, "observation"].shape[-1], action_spec.shape[-1], specs.n_agents(group),
-            centralised=False, share_params=self.share_policy_params,
-        )
+        action_spec = self.task.specs.group_action_spec(group)
+        out = (group, "param") if self.use_tanh_mapping else (group, "action")
+        module = self.actor_model.build_module(ModelInputs.of(self.task, group), [out], action_spec.shape[-1],
+                                               centralised=False, share_params=self.share_policy_params)
         if not self.use_tanh_mapping:
-            return TensorDictSequential(
-                TensorDictModule(net, in_keys=[(group, "observation")], out_keys=[(group, "action")])
-            )
+            return TensorDictSequential(module)
         return TensorDictSequential(
-            TensorDictModule(net, in_keys=[(group, "observation")], out_keys=[(group, "param")]),
-            TanhModule(in_keys=[(group, "param")], out_keys=[(group, "action")], spec=action_spec),
+            module, TanhModule(in_keys=[(group, "param")], out_keys=[(group, "action")], spec=action_spec)
         )
 
     @override

@@ -20,7 +20,7 @@ from typing_extensions import override
 from lit_marl.algorithms.base import OnPolicyAlgorithm
 from lit_marl.algorithms.common import FromState, stochastic_policy
 from lit_marl.envs.base import Task
-from lit_marl.models import ModelConfig
+from lit_marl.models import ModelConfig, ModelInputs
 from lit_marl.errors import ConfigError, non_negative_float, one_of, positive_float, positive_int, unit_interval
 
 
@@ -111,10 +111,9 @@ class PPO(OnPolicyAlgorithm):
             state_shape = specs.state_spec.shape
             net = FromState(self.critic_model.build_single(state_shape.numel(), n_agents), len(state_shape))
             return TensorDictModule(net, in_keys=[self.task.state_key], out_keys=[(group, "state_value")])
-        obs_dim = specs.observation_spec[group, "observation"].shape[-1]
-        net = self.critic_model.build_multi_agent(obs_dim, 1, n_agents, centralised=self.centralised_critic,
-                                                  share_params=self.share_param_critic)
-        return TensorDictModule(net, in_keys=[(group, "observation")], out_keys=[(group, "state_value")])
+        return self.critic_model.build_module(ModelInputs.of(self.task, group, field="critic_model"), [(group, "state_value")], 1,
+                                              centralised=self.centralised_critic,
+                                              share_params=self.share_param_critic)
 
     @override
     def _build_loss(self, group: str) -> ClipPPOLoss:

@@ -22,7 +22,7 @@ from lit_marl.algorithms.common import MaskGuard
 from lit_marl.algorithms.off_policy import OffPolicyAlgorithm
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, one_of, positive_int
-from lit_marl.models import ModelConfig
+from lit_marl.models import ModelConfig, ModelInputs
 
 
 class QLearning(OffPolicyAlgorithm):
@@ -108,16 +108,15 @@ class QLearning(OffPolicyAlgorithm):
     def _build_policy(self, group: str) -> TensorDictSequential:
         """Q-values of every action, then the greedy action: ``(group, "action_value")``,
         ``(group, "action")`` and ``(group, "chosen_action_value")``."""
-        specs = self.task.specs
-        action_spec = specs.group_action_spec(group)
-        net = self.actor_model.build_multi_agent(specs.observation_spec[group, "observation"].shape[-1],
-                                                 action_spec.space.n, specs.n_agents(group), centralised=False,
+        action_spec = self.task.specs.group_action_spec(group)
+        q_values = self.actor_model.build_module(ModelInputs.of(self.task, group), [(group, "action_value")],
+                                                 action_spec.space.n, centralised=False,
                                                  share_params=self.share_policy_params)
         mask_key = self.task.action_mask_key(group)  # illegal actions are never the argmax, nor a target's max
         modules = [MaskGuard(self.task, group)] if mask_key is not None else []
         return TensorDictSequential(
             *modules,
-            TensorDictModule(net, in_keys=[(group, "observation")], out_keys=[(group, "action_value")]),
+            q_values,
             QValueModule(action_value_key=(group, "action_value"), spec=action_spec[0],  # one agent's spec
                          action_mask_key=mask_key,
                          out_keys=[(group, "action"), (group, "action_value"), (group, "chosen_action_value")]),

@@ -19,7 +19,7 @@ from lit_marl.algorithms.common import FromState, q_critic, stochastic_policy
 from lit_marl.algorithms.off_policy import OffPolicyAlgorithm
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, non_negative_float, one_of, positive_float, positive_int, unit_interval
-from lit_marl.models import ModelConfig
+from lit_marl.models import ModelConfig, ModelInputs
 
 
 class SAC(OffPolicyAlgorithm):
@@ -122,10 +122,9 @@ class SAC(OffPolicyAlgorithm):
             state_shape = specs.state_spec.shape
             net = FromState(self.critic_model.build_single(state_shape.numel(), n_agents * n_actions), len(state_shape))
             return TensorDictModule(_Unflatten(net, n_agents, n_actions), in_keys=[self.task.state_key], out_keys=out)
-        obs_dim = specs.observation_spec[group, "observation"].shape[-1]
-        net = self.critic_model.build_multi_agent(obs_dim, n_actions, n_agents, centralised=self.centralised_critic,
-                                                  share_params=self.share_param_critic)
-        return TensorDictModule(net, in_keys=[(group, "observation")], out_keys=out)
+        return self.critic_model.build_module(ModelInputs.of(self.task, group, field="critic_model"), out, n_actions,
+                                              centralised=self.centralised_critic,
+                                              share_params=self.share_param_critic)
 
     @override
     def _build_loss(self, group: str) -> SACLoss | DiscreteSACLoss:

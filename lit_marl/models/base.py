@@ -1,24 +1,94 @@
-"""Model configurations: what network to build for a group, given only sizes.
+"""Model configurations: what network to build for a group, given the task's specs.
 
-A model config is chosen in YAML (``actor_model``, ``critic_model``) and built per group by the
-algorithm, which knows the sizes from the task's specs. Later model families (CNN, GRU, GNN…)
-implement the same two builders.
+A model config is chosen in YAML (``actor_model``, ``critic_model``) and built per group by the algorithm.
+The algorithm says which TensorDict entries the network reads (:class:`ModelInputs`: each
+``[*B, n_agents, *feature_shape]``), where it writes its output ``[*B, n_agents, n_agent_outputs]``, and
+whether the network is centralised (every agent's output may depend on every agent's inputs) or shares its
+parameters between agents. :meth:`ModelConfig.build_module` returns the TensorDict module that does it.
+
+Models over flat features (Mlp, DeepSets, Gnn) implement :meth:`ModelConfig.build_multi_agent`; the default
+:meth:`ModelConfig.build_module` flattens and concatenates the inputs for them. Models that need the shape of
+their inputs (Cnn) or entries of their own (Gnn positions) override :meth:`ModelConfig.build_module`.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+from tensordict.nn import TensorDictModule, TensorDictModuleBase
+from tensordict.utils import NestedKey
 from torch import nn
+from torchrl.data import Composite
 
+from lit_marl.errors import ConfigError
 from lit_marl.utils import Configurable
 
 
-class ModelConfig(Configurable, ABC):
+@dataclass(frozen=True)
+class ModelInputs:
+    """What a group's network reads.
+
+    Attributes:
+        group: the agent group.
+        n_agents: agents in the group.
+        keys: TensorDict entries read, each ``[*B, n_agents, *shape]``.
+        shapes: the per-agent feature shape of each entry (agent dim excluded).
+        spec: the task's whole observation spec (batch dims stripped), for models that read further
+            entries (e.g. agent positions).
+        field: the algorithm argument the model came from (``actor_model`` or ``critic_model``), for errors.
+    """
+
+    group: str
+    n_agents: int
+    keys: list[NestedKey]
+    shapes: list[torch.Size]
+    spec: Composite | None = field(default=None, compare=False)
+    field: str = "actor_model"
+
+    @classmethod
+    def of(cls, task: Any, group: str, *keys: NestedKey, field: str = "actor_model") -> "ModelInputs":
+        """Inputs read from ``task``'s specs (keys default to ``(group, "observation")``)."""
+        specs = task.specs
+        keys = keys or ((group, "observation"),)
+        shapes = []
+        for key in keys:
+            if key == (group, "action"):
+                shape = specs.group_action_spec(group).shape
+            else:
+                shape = specs.observation_spec[key].shape
+            shapes.append(torch.Size(shape[1:]))  # drop the agent dim
+        return cls(group=group, n_agents=specs.n_agents(group), keys=list(keys), shapes=shapes,
+                   spec=specs.observation_spec, field=field)
+
+    @property
+    def flat_features(self) -> int:
+        return sum(shape.numel() for shape in self.shapes)
+
+    def describe(self) -> str:
+        return ", ".join(f"{key}: {list(shape)}" for key, shape in zip(self.keys, self.shapes))
+
+
+class FlattenConcat(nn.Module):
+    """Flattens each input's feature dims (after the agent dim), concatenates them and applies ``net``,
+    then ``head`` where given (e.g. splitting the output into a normal's location and scale)."""
+
+    def __init__(self, net: nn.Module, feature_ndims: list[int], head: nn.Module | None = None) -> None:
+        super().__init__()
+        self.net = net
+        self.head = head
+        self.feature_ndims = list(feature_ndims)
+
+    def forward(self, *inputs: torch.Tensor) -> Any:
+        parts = [x if nd == 1 else x.flatten(x.dim() - nd) for x, nd in zip(inputs, self.feature_ndims)]
+        out = self.net(parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1))
+        return out if self.head is None else self.head(out)
+
+
+class ModelConfig(Configurable):
     """Builds the networks of one group."""
 
-    @abstractmethod
     def build_multi_agent(
         self,
         n_agent_inputs: int,
@@ -33,7 +103,39 @@ class ModelConfig(Configurable, ABC):
         ``centralised``: every agent's output sees all agents' inputs (MAPPO/MADDPG critics);
         ``share_params``: one set of weights for all agents of the group.
         """
+        raise ConfigError(f"{type(self).__name__} cannot be built over flat features; allowed: Mlp, DeepSets, Gnn")
 
-    @abstractmethod
     def build_single(self, in_features: int, out_features: int, device: torch.device | str | None = None) -> nn.Module:
-        """Maps ``[*B, in_features]`` to ``[*B, out_features]`` (e.g. a critic of the global state)."""
+        """Maps ``[*B, in_features]`` to ``[*B, out_features]`` (a critic of the global state, which has no agent
+        dim)."""
+        raise ConfigError(
+            f"critic_model: {type(self).__name__} cannot read the global state (it has no agent dimension); "
+            f"allowed: Mlp, or centralised_critic with the agents' observations"
+        )
+
+    def build_module(
+        self,
+        inputs: ModelInputs,
+        out_keys: list[NestedKey],
+        n_agent_outputs: int,
+        centralised: bool,
+        share_params: bool,
+        head: nn.Module | None = None,
+        device: torch.device | str | None = None,
+    ) -> TensorDictModuleBase:
+        """The module that reads ``inputs`` and writes ``out_keys`` (``head`` maps the network's
+        ``[*B, n_agents, n_agent_outputs]`` to what ``out_keys`` name, e.g. a normal's loc and scale)."""
+        net = self.build_multi_agent(inputs.flat_features, n_agent_outputs, inputs.n_agents, centralised=centralised,
+                                     share_params=share_params, device=device)
+        ndims = [len(shape) for shape in inputs.shapes]
+        if len(inputs.keys) == 1 and ndims == [1]:
+            # the common case: one flat entry; no wrapper (each module call costs microseconds per step)
+            module = net if head is None else nn.Sequential(net, head)
+        else:
+            module = FlattenConcat(net, ndims, head)
+        return TensorDictModule(module, in_keys=list(inputs.keys), out_keys=list(out_keys))
+
+    @property
+    def is_recurrent(self) -> bool:
+        """Whether the network carries a hidden state from step to step."""
+        return False

@@ -11,12 +11,22 @@ from lit_marl.models.base import ModelConfig
 from lit_marl.errors import ConfigError
 
 
-def _activation(name: str) -> type[nn.Module]:
-    cls = getattr(nn, name, None)
+def _activation(name: str, field: str = "activation_class") -> type[nn.Module]:
+    cls = getattr(nn, name, None) if isinstance(name, str) else None
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         allowed = "Tanh, ReLU, ELU, LeakyReLU, GELU, SiLU, Mish, Softplus (any torch.nn module name)"
-        raise ConfigError(f"activation_class: {name!r} is not a torch.nn module; allowed e.g. {allowed}")
+        raise ConfigError(f"{field}: {name!r} is not a torch.nn module; allowed e.g. {allowed}")
     return cls
+
+
+def _positive_ints(field: str, value: Sequence[int], allow_empty: bool = False) -> list[int]:
+    """A list of layer widths, checked."""
+    cells = list(value) if isinstance(value, (list, tuple)) else None
+    if cells is None or (not cells and not allow_empty) or any(
+            not isinstance(c, int) or isinstance(c, bool) or c <= 0 for c in cells):
+        empty = "" if allow_empty else "non-empty "
+        raise ConfigError(f"{field}: must be a {empty}list of positive integers, got {value!r}")
+    return cells
 
 
 class Mlp(ModelConfig):
@@ -29,11 +39,8 @@ class Mlp(ModelConfig):
     """
 
     def __init__(self, num_cells: Sequence[int] = (256, 256), activation_class: str = "Tanh", layer_norm: bool = False) -> None:
-        cells = list(num_cells)
-        if not cells or any(not isinstance(c, int) or isinstance(c, bool) or c <= 0 for c in cells):
-            raise ConfigError(f"num_cells: must be a non-empty list of positive integers, got {num_cells!r}")
+        self.num_cells = _positive_ints("num_cells", num_cells)
         _activation(activation_class)
-        self.num_cells = cells
         self.activation_class = activation_class
         self.layer_norm = bool(layer_norm)
 
