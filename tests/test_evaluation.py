@@ -180,3 +180,24 @@ def test_test_progress_bar_shows_the_running_mean_return_and_success(capsys):
     mean = sum(r["return"] for r in records) / 4
     success = sum(r["success"] for r in records) / 4
     assert postfix == f"return={mean:.3f}, success={success:.2f}"
+
+
+def test_training_collections_export_and_reload(tmp_path):
+    from lit_marl.evaluation.export import CollectionExport, load_collections
+
+    collected = []
+
+    class Keep(pl.Callback):
+        def on_batch_collected(self, trainer, pl_module, batch):
+            collected.append(batch.clone())
+
+    trainer = pl.Trainer(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         enable_checkpointing=False, limit_val_batches=0, default_root_dir=tmp_path,
+                         callbacks=[Keep(), CollectionExport(str(tmp_path / "collections"), every_n=2)])
+    trainer.fit(MAPPO(tiny_task(), **tiny_kwargs()))
+    assert sorted(p.name for p in (tmp_path / "collections").iterdir()) == ["iteration_000000", "iteration_000002"]
+    data = load_collections(tmp_path / "collections")
+    assert data.batch_size == torch.Size([8, 10])
+    expected = torch.cat([collected[0], collected[2]], 0)
+    assert torch.equal(data.get(("next", "agents", "reward")), expected.get(("next", "agents", "reward")))
+    assert torch.equal(data.get(("agents", "action")), expected.get(("agents", "action")))

@@ -1,0 +1,55 @@
+"""Training collections saved for offline use, as memory-mapped TensorDicts.
+
+:class:`CollectionExport` writes every ``every_n``-th collected batch ``[num_envs, steps]`` (before
+``process_batch``) to ``<folder>/iteration_<k>/`` (written to a temp folder, then renamed, so a kill never leaves
+half a batch); :func:`load_collections` reloads them as one TensorDict. Evaluation episodes are exported by
+``lit-marl test --evaluation.export_episodes true`` (:func:`lit_marl.evaluation.load_episodes`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from lit_marl.callbacks import MarlCallback
+from lit_marl.errors import ConfigError
+
+
+class CollectionExport(MarlCallback):
+    """Save collected training batches as memory-mapped TensorDicts.
+
+    Args:
+        folder: where ``iteration_<k>/`` folders go (default: ``<run>/collections``).
+        every_n: save every ``every_n``-th iteration's batch.
+    """
+
+    def __init__(self, folder: str | None = None, every_n: int = 1) -> None:
+        if not isinstance(every_n, int) or every_n <= 0:
+            raise ConfigError(f"collection_export.every_n: must be a positive integer, got {every_n!r}")
+        self.folder = folder
+        self.every_n = every_n
+
+    def on_batch_collected(self, trainer: pl.Trainer, pl_module, batch: TensorDictBase) -> None:
+        if pl_module.iteration % self.every_n or not trainer.is_global_zero:
+            return
+        folder = Path(self.folder) if self.folder else Path(trainer.log_dir or trainer.default_root_dir) / "collections"
+        target = folder / f"iteration_{pl_module.iteration:06d}"
+        if target.exists():
+            raise ConfigError(f"collection_export.folder: {str(target)!r} already exists and is not overwritten; "
+                              f"allowed: a new folder")
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{target.name}.tmp-{os.getpid()}"
+        batch.detach().to("cpu").memmap(prefix=tmp)
+        os.replace(tmp, target)
+
+
+def load_collections(folder: str | os.PathLike) -> TensorDictBase:
+    """Every saved batch under ``folder``, in iteration order, concatenated along the env dimension."""
+    parts = sorted(Path(folder).glob("iteration_*"))
+    if not parts:
+        raise ConfigError(f"collections: no iteration_* folder under {str(folder)!r}")
+    return torch.cat([TensorDict.load_memmap(str(p)) for p in parts], 0)
