@@ -127,3 +127,27 @@ def test_report_over_mismatched_runs_names_the_missing_ones(tmp_path):
                     "vmas/sampling / ippo / seed 1"):
         assert missing in message
     assert "vmas/balance / mappo / seed 3" not in message
+
+
+def _run_folder(path: Path, class_path: str, seed: int, returns: list[float], first_frames: int = 100) -> None:
+    path.mkdir(parents=True)
+    task = {"class_path": "lit_marl.envs.VmasTask", "init_args": {"scenario": "balance", "max_steps": 10}}
+    (path / "config.yaml").write_text(json.dumps({"seed_everything": seed,
+                                                  "model": {"class_path": class_path, "init_args": {"task": task}}}))
+    rows = ["counters/frames,epoch,val/return"]
+    rows += [f"{first_frames + 100 * k},{k},{r}" for k, r in enumerate(returns)]
+    (path / "metrics.csv").write_text("\n".join(rows) + "\n")
+
+
+def test_report_reads_plain_run_folders_and_merges_resumes(tmp_path):
+    _run_folder(tmp_path / "runs" / "a" / "version_0", "lit_marl.algorithms.MAPPO", 0, [1.0, 2.0])
+    _run_folder(tmp_path / "runs" / "a" / "version_1", "lit_marl.algorithms.MAPPO", 0, [3.0], first_frames=300)
+    _run_folder(tmp_path / "runs" / "a" / "version_2", "lit_marl.algorithms.MAPPO", 1, [0.5, 1.5, 2.5])
+    _run_folder(tmp_path / "runs" / "b" / "version_0", "lit_marl.algorithms.IPPO", 0, [1.0, 1.0, 1.0])
+    _run_folder(tmp_path / "runs" / "b" / "version_1", "lit_marl.algorithms.IPPO", 1, [0.0, 0.0, 0.0])
+    runs = load_runs([tmp_path / "runs"])
+    mappo_0 = runs["vmas/balance"]["mappo"][0]
+    assert [mappo_0[f"step_{k}"]["step_count"] for k in range(3)] == [100, 200, 300]  # version_1 resumed version_0
+    result = compute(runs, n_resamples=200)
+    assert result["scores"] == {"ippo": [[1.0], [0.0]], "mappo": [[3.0], [2.5]]}
+    assert result["sample_efficiency"]["mappo"]["frames"] == [100, 200, 300]

@@ -1,7 +1,8 @@
 """``lit-marl report``: benchmark statistics over runs, as PNG plots and Markdown/LaTeX tables.
 
 Reads marl-eval JSON files (``marl_eval.json``, written by :class:`~lit_marl.evaluation.marl_eval.MarlEvalJson`
-in every benchmark run) found under the given folders. A run's score is the mean return of its
+in every benchmark run) found under the given folders, and run folders of ``lit-marl fit`` without one (their
+``config.yaml`` and the ``val/return`` column of ``metrics.csv``). A run's score is the mean return of its
 ``absolute_metrics`` (the best policy on 10× the evaluation episodes), or of its last evaluation where there is
 none. Per task: mean and IQM of the raw scores with bootstrap CIs over seeds. Over tasks, on min-max normalised
 scores (per task, by the lowest and highest score of any run): mean, median, IQM and optimality gap with
@@ -29,18 +30,27 @@ Runs = dict[str, dict[str, dict[int, dict[str, Any]]]]
 
 
 def load_runs(paths: list[str | os.PathLike]) -> Runs:
-    """Every run of the marl-eval JSON files at ``paths`` (files, or folders searched for ``marl_eval.json``)."""
+    """Every run at ``paths``: marl-eval JSON files, and folders searched for ``marl_eval.json`` files and for
+    Lightning run folders (``config.yaml`` + ``metrics.csv``, e.g. of ``lit-marl fit``) that have none."""
     files: list[Path] = []
+    run_folders: list[Path] = []
     for path in map(Path, paths):
         if path.is_file():
             files.append(path)
         elif path.is_dir():
-            files.extend(sorted(path.rglob(FILE_NAME)))
+            found = sorted(path.rglob(FILE_NAME))
+            files.extend(found)
+            covered = {f.parent.resolve() for f in found}
+            for config in sorted(path.rglob("config.yaml")):
+                folder = config.parent
+                if (folder / "metrics.csv").is_file() and not any(
+                        p in covered for p in (folder.resolve(), *folder.resolve().parents)):
+                    run_folders.append(folder)
         else:
             raise ConfigError(f"report: {str(path)!r} does not exist")
-    if not files:
-        raise ConfigError(f"report: no {FILE_NAME} under {', '.join(map(str, paths))}; allowed: benchmark folders "
-                          f"(lit-marl benchmark) or marl-eval JSON files")
+    if not files and not run_folders:
+        raise ConfigError(f"report: no {FILE_NAME} and no run folder under {', '.join(map(str, paths))}; allowed: "
+                          f"benchmark folders (lit-marl benchmark), run folders (lit-marl fit) or marl-eval JSON files")
     runs: Runs = {}
     for file in files:
         data = json.loads(file.read_text())
@@ -56,7 +66,41 @@ def load_runs(paths: list[str | os.PathLike]) -> Runs:
                         if not any(k.startswith("step_") for k in run) and "absolute_metrics" not in run:
                             continue  # started, never evaluated
                         entry[seed] = run
+    for folder in run_folders:
+        task, algorithm, seed, steps = _run_folder(folder)
+        if not steps:
+            continue
+        entry = runs.setdefault(task, {}).setdefault(algorithm, {})
+        # the folders of one algorithm, task and seed are one run and its resumes: their evaluations merge
+        merged = {v["step_count"]: v for v in entry.get(seed, {}).values()}
+        merged.update({v["step_count"]: v for v in steps})
+        entry[seed] = {f"step_{k}": merged[c] for k, c in enumerate(sorted(merged))}
     return runs
+
+
+def _run_folder(folder: Path) -> tuple[str, str, int, list[dict[str, Any]]]:
+    """``(task name, algorithm name, seed, evaluations)`` of a Lightning run folder (``val/return`` per evaluation)."""
+    import csv
+    import importlib
+
+    import yaml
+
+    from lit_marl.envs.base import Task
+    from lit_marl.utils import instantiate
+
+    config = yaml.safe_load((folder / "config.yaml").read_text())
+    model = config.get("model") or {}
+    module_name, _, cls_name = str(model.get("class_path", "")).rpartition(".")
+    try:
+        algorithm = getattr(importlib.import_module(module_name), cls_name).algorithm_name
+        task = instantiate(model["init_args"]["task"], Task, f"{folder}: model.init_args.task").name
+    except (ImportError, AttributeError, KeyError, ValueError, TypeError) as err:
+        raise ConfigError(f"report: {folder / 'config.yaml'} is not a lit-marl run config ({err})") from None
+    steps = []
+    for row in csv.DictReader(open(folder / "metrics.csv")):
+        if row.get("val/return") and row.get("counters/frames"):
+            steps.append({"step_count": int(float(row["counters/frames"])), "return": [float(row["val/return"])]})
+    return task, algorithm, int(config.get("seed_everything") or 0), steps
 
 
 def check_complete(runs: Runs) -> tuple[list[str], list[str], list[int]]:
