@@ -201,3 +201,19 @@ def test_training_collections_export_and_reload(tmp_path):
     expected = torch.cat([collected[0], collected[2]], 0)
     assert torch.equal(data.get(("next", "agents", "reward")), expected.get(("next", "agents", "reward")))
     assert torch.equal(data.get(("agents", "action")), expected.get(("agents", "action")))
+
+
+def test_validation_videos_reach_tensorboard(tmp_path):
+    pytest.importorskip("av")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logger = pl.loggers.TensorBoardLogger(tmp_path, name="tb")
+    trainer = pl.Trainer(max_epochs=1, logger=logger, enable_progress_bar=False, enable_model_summary=False,
+                         num_sanity_val_steps=0, enable_checkpointing=False,
+                         callbacks=[EvaluationReport(val_video_every=1)])
+    trainer.fit(MAPPO(tiny_task(), **tiny_kwargs()))
+    events = EventAccumulator(logger.log_dir, size_guidance={"images": 0})
+    events.Reload()
+    assert "val/video/0" in events.Tags()["images"]
+    (image,) = events.Images("val/video/0")
+    assert image.encoded_image_string[:6] == b"GIF89a" and (image.width, image.height) == (700, 700)

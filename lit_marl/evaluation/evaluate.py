@@ -141,7 +141,7 @@ class EvaluationReport(MarlCallback):
         folder.mkdir(parents=True, exist_ok=True)
         writer = VideoWriter(self.fps)
         writer.submit(folder / f"val_frames_{pl_module.frames:09d}.mp4", frames[0])
-        _log_videos(pl_module, writer.close(), self.fps, "val/video")
+        _log_videos(pl_module, writer.close(), [frames[0]], self.fps, "val/video")
 
     def _parent(self, trainer: pl.Trainer, checkpoint: str | None) -> Path:
         if self.output_dir is not None:
@@ -154,6 +154,7 @@ class EvaluationReport(MarlCallback):
         writer = VideoWriter(self.fps)
         (self.folder / "videos").mkdir()
         records = self.result["per_episode"]
+        rendered = []
         try:
             for batch in batches:
                 wanted = [i for i in range(batch["num_envs"]) if batch["first_episode"] + i < self.videos]
@@ -169,22 +170,50 @@ class EvaluationReport(MarlCallback):
                         continue
                     path = self.folder / "videos" / f"episode_{record['episode']:04d}.mp4"
                     writer.submit(path, frames[i])
+                    rendered.append(frames[i])
                     record["video"] = str(path.relative_to(self.folder))
                     record["video_frames"] = len(frames[i])
         finally:
             written = writer.close()
-        _log_videos(pl_module, written, self.fps)
+        _log_videos(pl_module, written, rendered, self.fps)
 
 
 def _checkpoint_file(ckpt_path: Any) -> str | None:
     return str(ckpt_path) if ckpt_path and Path(str(ckpt_path)).is_file() else None
 
 
-def _log_videos(pl_module: pl.LightningModule, paths: list[Path], fps: int, key: str = "test/video") -> None:
-    """Send the videos to loggers that take files of video (W&B's ``log_video``)."""
+def _log_videos(pl_module: pl.LightningModule, paths: list[Path], frames: list[list], fps: int,
+                key: str = "test/video") -> None:
+    """Send the videos to loggers that take video: W&B (``log_video`` with the mp4 files) and TensorBoard (an
+    animated GIF image summary, what ``SummaryWriter.add_video`` writes, without its moviepy dependency)."""
+    if not paths:
+        return
+    step = pl_module.global_step if pl_module._trainer is not None else 0
     for logger in pl_module.loggers:
-        if hasattr(logger, "log_video") and paths:
+        if hasattr(logger, "log_video"):
             logger.log_video(key, [str(p) for p in paths], fps=[fps] * len(paths))
+        elif type(logger).__name__ == "TensorBoardLogger":
+            for i, episode in enumerate(frames):
+                _tensorboard_video(logger.experiment, f"{key}/{i}", episode, fps, step)
+
+
+def _tensorboard_video(writer, tag: str, frames: list, fps: int, step: int) -> None:
+    import io
+
+    try:
+        from PIL import Image
+        from tensorboard.compat.proto.summary_pb2 import Summary
+    except ImportError:
+        rank_zero_warn("lit-marl: videos reach TensorBoard as GIFs, which need pillow (pip install 'lit-marl[eval]')")
+        return
+
+    images = [Image.fromarray(frame[..., :3]) for frame in frames]
+    buffer = io.BytesIO()
+    images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
+    height, width = frames[0].shape[:2]
+    image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=buffer.getvalue())
+    writer._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
+    writer.flush()
 
 
 def build_eval_info(module, batches: list[dict[str, int]], rollouts: list[TensorDictBase], seconds: float,
