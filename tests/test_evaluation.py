@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from lit_marl.algorithms import MAPPO
+from lit_marl.algorithms import IPPO, MAPPO
 from lit_marl.errors import ConfigError
 from lit_marl.evaluation import EvaluationReport, compare, evaluate_checkpoint, load_episodes, read_eval_info
 from lit_marl.evaluation.io import sha256
@@ -156,6 +156,10 @@ def test_compare_pairs_episodes_and_refuses_other_seeds(tmp_path):
     c = evaluate_checkpoint(ckpt, episodes=4, start_seed=3, output_dir=tmp_path / "eval")
     with pytest.raises(ConfigError, match=r"not on the same episodes.*only in A: \[\(0, 0\)"):
         compare(a, c)
+    folders = sorted((tmp_path / "eval").iterdir())
+    with pytest.raises(ConfigError, match=r"checkpoint is for algorithm 'mappo', but the model is 'ippo'"):
+        evaluate_checkpoint(ckpt, episodes=2, algorithm=IPPO, output_dir=tmp_path / "eval")
+    assert sorted((tmp_path / "eval").iterdir()) == folders  # nothing written
 
 
 def test_validation_records_a_video_every_n_evaluations(tmp_path):
