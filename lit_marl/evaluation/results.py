@@ -178,7 +178,7 @@ def _cell(e: dict[str, Any], digits: int = 3) -> str:
 
 def markdown(result: dict[str, Any]) -> str:
     conf = f"{result['confidence']:.0%}"
-    lines = [f"# Benchmark report", "",
+    lines = ["# Benchmark report", "",
              f"{len(result['algorithms'])} algorithms × {len(result['tasks'])} tasks × {len(result['seeds'])} seeds "
              f"({', '.join(map(str, result['seeds']))}). Values with {conf} bootstrap CIs "
              f"({result['n_resamples']} resamples; stratified over tasks for aggregates).", "",
