@@ -1,8 +1,10 @@
 """Tasks: benchmark environments as batched torchrl envs with grouped agents."""
 
 from lit_marl.envs.base import Task, TaskSpecs
+from lit_marl.envs.custom import CustomTask
 from lit_marl.envs.gymnasium import GymnasiumTask
 from lit_marl.envs.pettingzoo import PETTINGZOO_TASKS, PettingZooTask
 from lit_marl.envs.vmas import VMAS_SCENARIOS, VmasTask
 
-__all__ = ["Task", "TaskSpecs", "VmasTask", "VMAS_SCENARIOS", "PettingZooTask", "PETTINGZOO_TASKS", "GymnasiumTask"]
+__all__ = ["Task", "TaskSpecs", "VmasTask", "VMAS_SCENARIOS", "PettingZooTask", "PETTINGZOO_TASKS", "GymnasiumTask",
+           "CustomTask"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
@@ -66,12 +67,15 @@ class GymnasiumTask(Task):
         if not isinstance(group, str) or not group:
             raise ConfigError(f"task.group: must be a non-empty name, got {group!r}")
         self.group = group
+        self._check_spaces(env_id)
+
+    def _check_spaces(self, label: str) -> None:
         observation_space, space, _ = self._spaces
         if not (isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1):
-            raise ConfigError(f"task.env_id: {env_id} observes {observation_space}; allowed: a one-dimensional Box "
-                              f"(wrap other observations in a custom env that flattens them)")
+            raise ConfigError(f"{self._source_field}: {label} observes {observation_space}; allowed: a one-dimensional "
+                              f"Box (wrap other observations in a custom env that flattens them)")
         if not isinstance(space, (gym.spaces.Box, gym.spaces.Discrete)):
-            raise ConfigError(f"task.env_id: {env_id} has a {type(space).__name__} action space; allowed: Box "
+            raise ConfigError(f"{self._source_field}: {label} has a {type(space).__name__} action space; allowed: Box "
                               f"(continuous) or Discrete")
 
     @property
@@ -95,10 +99,9 @@ class GymnasiumTask(Task):
     def _spaces(self) -> tuple[gym.Space, gym.Space, bool]:
         """Observation and action space, and whether the env reports ``info["is_success"]``."""
         try:
-            env = _make_one(self.env_id, self.max_steps, self.env_kwargs)
+            env = self._one_env()()
         except Exception as err:  # a missing extra (box2d, mujoco) or a bad env_kwargs
-            raise ConfigError(f"task.env_id: gymnasium.make({self.env_id!r}, **{self.env_kwargs}) failed: {err}") \
-                from None
+            raise ConfigError(f"{self._source_field}: {self._source_call()} failed: {err}") from None
         try:
             _, info = env.reset(seed=0)
             _, _, _, _, step_info = env.step(env.action_space.sample())
@@ -106,8 +109,18 @@ class GymnasiumTask(Task):
         finally:
             env.close()
 
+    #: the init arg that names the env (in error messages)
+    _source_field = "task.env_id"
+
+    def _source_call(self) -> str:
+        return f"gymnasium.make({self.env_id!r}, **{self.env_kwargs})"
+
+    def _one_env(self) -> Callable[[], gym.Env]:
+        """A picklable factory of one episode's env (``async`` workers build their own)."""
+        return functools.partial(_make_one, self.env_id, self.max_steps, self.env_kwargs)
+
     def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
-        make = functools.partial(_make_one, self.env_id, self.max_steps, self.env_kwargs)
+        make = self._one_env()
         autoreset = gym.vector.AutoresetMode.SAME_STEP  # what torchrl's wrapper expects
         if self.vectorization == "async":
             # fork (fast start) unless CUDA is initialised, where only spawn is safe

@@ -19,6 +19,7 @@ import difflib
 import functools
 import importlib
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -95,11 +96,17 @@ def _import_task_module(name: str, entry: PettingZooEntry):
 
 def _make_pettingzoo(module_name: str, turn_based: bool, kwargs: dict[str, Any], group_map: Any,
                      return_state: bool, device: str) -> EnvBase:
-    """One episode (module level, so worker processes can pickle it through functools.partial)."""
-    from torchrl.envs import PettingZooWrapper
-
+    """One episode of a registered task (module level, so worker processes can pickle it through
+    functools.partial)."""
     module = importlib.import_module(module_name)
     raw = module.env(**kwargs) if turn_based else module.parallel_env(**kwargs)
+    return wrap_pettingzoo(raw, turn_based, group_map, return_state, device)
+
+
+def wrap_pettingzoo(raw: Any, turn_based: bool, group_map: Any, return_state: bool, device: str) -> EnvBase:
+    """A PettingZoo env (parallel or AEC) as a torchrl env with grouped nested keys."""
+    from torchrl.envs import PettingZooWrapper
+
     with warnings.catch_warnings():  # torchrl warns about every PettingZoo version but 1.24.3
         warnings.simplefilter("ignore", UserWarning)
         return PettingZooWrapper(raw, return_state=return_state, group_map=group_map, use_mask=turn_based,
@@ -221,10 +228,13 @@ class PettingZooTask(Task):
             return _GROUP_MAP_TYPES[self.agent_groups]
         return {g: list(a) for g, a in self.agent_groups.items()}
 
+    def _one_episode(self, return_state: bool, device: torch.device | str) -> Callable[[], EnvBase]:
+        """A picklable factory of one episode's torchrl env."""
+        return functools.partial(_make_pettingzoo, self._entry.module, self.turn_based, self.env_kwargs(),
+                                 self._group_map_arg(), return_state, str(device))
+
     def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
-        make_one = functools.partial(_make_pettingzoo, self._entry.module, self.turn_based, self.env_kwargs(),
-                                     self._group_map_arg(), self.state_key is not None, str(device))
-        env = batched_env(make_one, num_envs, device)
+        env = batched_env(self._one_episode(self.state_key is not None, device), num_envs, device)
         if seed is not None:
             env.set_seed(seed)
         return TransformedEnv(env, AgentView(env.full_observation_spec, list(self._single_group_map), self.turn_based))
@@ -235,8 +245,7 @@ class PettingZooTask(Task):
     @cached_property
     def _single_group_map(self) -> dict[str, list[str]]:
         # a batch of envs does not report its envs' groups: ask one episode
-        env = _make_pettingzoo(self._entry.module, self.turn_based, self.env_kwargs(), self._group_map_arg(),
-                               False, "cpu")
+        env = self._one_episode(False, "cpu")()
         try:
             return {g: list(a) for g, a in env.group_map.items()}
         finally:
