@@ -41,7 +41,7 @@ from torchrl.envs import EnvBase, SerialEnv, StepCounter, TransformedEnv
 
 from lit_marl.envs.base import Task
 from lit_marl.envs.gymnasium import VECTORIZATION, GymnasiumTask
-from lit_marl.envs.pettingzoo import _GROUP_MAP_TYPES, PettingZooTask, wrap_pettingzoo
+from lit_marl.envs.pettingzoo import _GROUP_MAP_TYPES, PettingZooEntry, PettingZooTask, wrap_pettingzoo
 from lit_marl.errors import ConfigError, one_of, positive_int
 
 KINDS = ("torchrl", "pettingzoo", "gymnasium")
@@ -324,6 +324,7 @@ class _PettingZooClassTask(PettingZooTask):
             raise ConfigError(f"task.env_class: {path}'s action spaces are {sorted(k.__name__ for k in kinds)}; "
                               f"allowed: Box (continuous) or Discrete, the same kind for every agent")
         self._continuous_actions = kinds == {gym.spaces.Box}
+        self._entry = PettingZooEntry(path, "pettingzoo", "continuous" if self._continuous_actions else "discrete")
 
     @property
     def state_key(self) -> str | None:  # type: ignore[override]

@@ -55,6 +55,8 @@ class PettingZooEntry:
     #: the env's ``state()`` is a usable global state (BenchMARL's ``has_state``: MPE; multiwalker's ``state()``
     #: fails once a walker has fallen)
     has_state: bool = False
+    #: observations are images ``[H, W, C]`` per agent, kept in that shape (a Cnn reads them; an Mlp flattens them)
+    images: bool = False
 
 
 def _mpe(name: str, **defaults: Any) -> PettingZooEntry:
@@ -81,6 +83,15 @@ PETTINGZOO_TASKS: dict[str, PettingZooEntry] = {
     "pursuit": PettingZooEntry("pettingzoo.sisl.pursuit_v5", "pettingzoo", "discrete", {"max_cycles": 500}),
     "connect_four": PettingZooEntry("pettingzoo.classic.connect_four_v3", "pettingzoo", "discrete", game_length=42),
     "tic_tac_toe": PettingZooEntry("pettingzoo.classic.tictactoe_v3", "pettingzoo", "discrete", game_length=9),
+    # MAgent2 gridworlds (pip install -e ".[magent2]"): two teams, 21 (battle) or 13/9 (pursuit) discrete moves and
+    # attacks, each agent seeing a 13x13 (battle) or 9x9/10x10 (pursuit) window with 5 channels; BenchMARL's
+    # settings for adversarial_pursuit (map 45, 500 steps), MAgent2's own for battle
+    "battle": PettingZooEntry("magent2.environments.battle_v4", "magent2", "discrete",
+                              {"map_size": 45, "max_cycles": 1000, "minimap_mode": False, "extra_features": False},
+                              images=True),
+    "adversarial_pursuit": PettingZooEntry("magent2.environments.adversarial_pursuit_v4", "magent2", "discrete",
+                                           {"map_size": 45, "max_cycles": 500, "minimap_mode": False,
+                                            "extra_features": False, "tag_penalty": -0.2}, images=True),
 }
 
 
@@ -119,7 +130,8 @@ class PettingZooTask(Task):
     Args:
         task: ``simple_spread``, ``simple_tag``, ``simple_adversary``, ``simple_reference``,
             ``simple_speaker_listener``, ``simple_crypto``, ``simple_push``, ``simple_world_comm``, ``simple``
-            (MPE), ``multiwalker``, ``pursuit`` (SISL), ``connect_four``, ``tic_tac_toe`` (classic, turn-based).
+            (MPE), ``multiwalker``, ``pursuit`` (SISL), ``connect_four``, ``tic_tac_toe`` (classic, turn-based),
+            ``battle``, ``adversarial_pursuit`` (MAgent2; image observations ``[H, W, C]`` per agent).
         max_steps: episode length (the env's ``max_cycles``); default BenchMARL's (100 for MPE, 500 for
             SISL); games without ``max_cycles`` end by their rules (connect four within 42 moves).
         continuous_actions: MPE offers both; SISL multiwalker is continuous, pursuit and games discrete.
@@ -237,7 +249,8 @@ class PettingZooTask(Task):
         env = batched_env(self._one_episode(self.state_key is not None, device), num_envs, device)
         if seed is not None:
             env.set_seed(seed)
-        return TransformedEnv(env, AgentView(env.full_observation_spec, list(self._single_group_map), self.turn_based))
+        return TransformedEnv(env, AgentView(env.full_observation_spec, list(self._single_group_map), self.turn_based,
+                                             flatten=not self._entry.images))
 
     def _group_map(self, env: EnvBase) -> dict[str, list[str]]:
         return self._single_group_map
@@ -261,17 +274,19 @@ class PettingZooTask(Task):
 
 
 class AgentView(Transform):
-    """What every group's networks read: a flat float ``(group, "observation")`` ``[*B, n_agents, D]``.
+    """What every group's networks read: a float ``(group, "observation")`` ``[*B, n_agents, D]``.
 
-    Observations that arrive as images, integers or nested entries (classic games: ``("observation",
-    "observation")``) are flattened to float features; MLPs read them as they are (a CNN can read the
-    image shape from ``agent_obs_shape``). In turn-based games each agent's observation gets a last feature
-    (1 on its turn) and the agent whose turn it is not may take only action 0, which the game ignores.
+    Observations that arrive as integers or nested entries (classic games: ``("observation", "observation")``)
+    are flattened to float features. Image observations of image tasks (MAgent2, ``flatten=False``) keep their
+    ``[H, W, C]`` shape as floats: a Cnn reads them as images and an Mlp flattens them itself. In turn-based
+    games each agent's observation gets a last feature (1 on its turn) and the agent whose turn it is not may
+    take only action 0, which the game ignores.
     """
 
-    def __init__(self, observation_spec: Composite, groups: list[str], turn_based: bool) -> None:
+    def __init__(self, observation_spec: Composite, groups: list[str], turn_based: bool, flatten: bool = True) -> None:
         super().__init__(in_keys=[], out_keys=[])
         self.turn_based = turn_based
+        self.flatten = flatten or turn_based
         #: each group's per-agent observation shape as the env reports it (e.g. an image's [H, W, C])
         self.agent_obs_shape: dict[str, torch.Size] = {}
         for group in groups:
@@ -288,7 +303,7 @@ class AgentView(Transform):
             if not isinstance(obs, torch.Tensor):
                 obs = obs.get("observation")
                 group_td.del_("observation")
-            flat = obs.reshape(*obs.shape[: obs.dim() - len(shape)], -1).to(torch.float32)
+            flat = (obs.reshape(*obs.shape[: obs.dim() - len(shape)], -1) if self.flatten else obs).to(torch.float32)
             if self.turn_based:
                 acting = group_td.get("mask")
                 flat = torch.cat([flat, acting.unsqueeze(-1).to(flat.dtype)], dim=-1)
@@ -308,8 +323,8 @@ class AgentView(Transform):
     def transform_observation_spec(self, observation_spec: Composite) -> Composite:
         for group, shape in self.agent_obs_shape.items():
             group_spec = observation_spec[group]
-            features = shape.numel() + (1 if self.turn_based else 0)
+            features = (shape.numel() + (1 if self.turn_based else 0),) if self.flatten else tuple(shape)
             del group_spec["observation"]
-            group_spec["observation"] = Unbounded(shape=(*group_spec.shape, features), dtype=torch.float32,
+            group_spec["observation"] = Unbounded(shape=(*group_spec.shape, *features), dtype=torch.float32,
                                                   device=observation_spec.device)
         return observation_spec
