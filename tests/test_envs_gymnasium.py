@@ -131,6 +131,8 @@ def test_ppo_balances_cartpole(tmp_path):
     assert after - before >= CARTPOLE_MARGIN
 
 
-#: measured (seed 0): 9.2 -> 255.2 after 10 iterations (20k frames, about 50 s here), 356.3 after 15
-CARTPOLE_ITERATIONS = 10
-CARTPOLE_MARGIN = 100.0
+#: measured (seed 0, 10 deterministic evaluation episodes): 9.2 before; after iterations 1-10: 21.0 76.7 310.7
+#: 294.6 312.7 332.0 314.1 281.2 233.7 238.8 (2000 frames each, about 1.5 s per iteration here). 5 iterations:
+#: +303.5 against a margin of 150 (a policy that does not learn stays near 10-20)
+CARTPOLE_ITERATIONS = 5
+CARTPOLE_MARGIN = 150.0

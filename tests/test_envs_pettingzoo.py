@@ -284,17 +284,24 @@ def test_tic_tac_toe_win_rate_against_a_random_player_rises(tmp_path):
     assert after["win"] - before["win"] >= WIN_MARGIN
 
 
-#: measured on this 2-core machine (seed 0, 200 games, player_1 deterministic vs random): win rate 0.64 -> 0.78
-#: after 15 iterations (13.5k frames, about 100 s), 0.64 -> 0.88 after 30
-ITERATIONS_TTT = 15
+#: measured on this 2-core machine (seed 0, 200 games, player_1 deterministic vs random), win rate 0.64 before and
+#: after iterations 1-13: 0.80 0.76 0.78 0.80 0.80 0.81 0.86 0.85 0.81 0.80 0.73 0.76 0.80 (900 frames each; 5
+#: iterations take about 35 s with both win-rate checks). The rate settles near 0.8 within the first iterations and
+#: does not climb further at this budget; 5 iterations give +0.16 against a margin of 0.10 (200-game sampling
+#: noise is about 0.03; an untrained or broken learner stays at 0.64)
+ITERATIONS_TTT = 5
 WIN_MARGIN = 0.10
 
 
 @pytest.mark.learning
 @pytest.mark.parametrize("seed", [0])
 def test_mappo_raises_the_return_on_simple_spread(tmp_path, seed):
-    """Measured (discrete, 25 steps, 20k frames, about 45 s each): seed 0 -33.4 -> -27.5, seed 1 -58.3 -> -30.4,
-    seed 2 -44.1 -> -25.3."""
+    """Measured (discrete, 25 steps, 1000 frames per iteration, deterministic evaluation of 20 seeded episodes).
+    Seed 0 (this test, about 40 s): -33.4 before; after iterations 1-20: -43.2 -39.8 -50.4 -50.0 -64.9 -68.5
+    -64.4 -60.1 -65.9 -43.3 -50.7 -33.0 -37.8 -37.6 -37.4 -33.6 -32.2 -30.6 -26.3 -22.5: the greedy policy of the
+    untrained network is a fair one here, sharpening it first costs return, and the gain over the start (+10.9
+    against a margin of 3) appears only in the last iterations. An earlier measurement (other model code): seed 0
+    -33.4 -> -27.5, seed 1 -58.3 -> -30.4, seed 2 -44.1 -> -25.3 after 20 iterations."""
     pl.seed_everything(seed)
     task = PettingZooTask("simple_spread", max_steps=25, continuous_actions=False)
     model = MAPPO(task, actor_model=Mlp([64, 64]), critic_model=Mlp([64, 64]), frames_per_batch=1000, num_envs=20,
