@@ -29,7 +29,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
-from torchrl.envs import EnvBase
+from torchrl.data import Composite
+from torchrl.envs import EnvBase, InitTracker, TensorDictPrimer, Transform
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from typing_extensions import override
 
@@ -39,20 +40,26 @@ from lit_marl.checkpoint import FORMAT_VERSION, AtomicCheckpointIO, check_compat
 from lit_marl.data import EvaluationBatches, OnPolicyData, Sampler
 from lit_marl.envs.base import Task
 from lit_marl.models import ModelConfig, Mlp
+from lit_marl.models.recurrent import recurrent_state_specs
 from lit_marl.errors import ConfigError, positive_float, positive_int, unit_interval
 from lit_marl.utils import instantiate, rng_state, set_rng_state
 
 
-def _algorithms_for(continuous: bool) -> list[str]:
-    """Names of lit-marl's algorithms (classes with an ``algorithm_name``) that take such actions."""
-    found, pending = set(), list(MarlAlgorithm.__subclasses__())
+def _algorithm_classes() -> list[type[MarlAlgorithm]]:
+    """lit-marl's concrete algorithm classes (those with an ``algorithm_name``)."""
+    found, pending = [], list(MarlAlgorithm.__subclasses__())
     while pending:
         cls = pending.pop()
         pending.extend(cls.__subclasses__())
-        supported = cls.supports_continuous_actions if continuous else cls.supports_discrete_actions
-        if supported and cls.algorithm_name and cls.__module__.startswith("lit_marl."):
-            found.add(cls.__name__)
-    return sorted(found)
+        if cls.algorithm_name and cls.__module__.startswith("lit_marl.") and cls not in found:
+            found.append(cls)
+    return found
+
+
+def _algorithms_for(continuous: bool) -> list[str]:
+    """Names of lit-marl's algorithms that take such actions."""
+    return sorted({cls.__name__ for cls in _algorithm_classes()
+                   if (cls.supports_continuous_actions if continuous else cls.supports_discrete_actions)})
 
 
 class MarlAlgorithm(pl.LightningModule, ABC):
@@ -82,6 +89,8 @@ class MarlAlgorithm(pl.LightningModule, ABC):
     algorithm_name: ClassVar[str] = ""
     #: trains on the frames just collected (True) or on a replay buffer (False)
     on_policy: ClassVar[bool] = False
+    #: whether the algorithm trains recurrent networks (on sequences)
+    supports_recurrent: ClassVar[bool] = False
     supports_continuous_actions: ClassVar[bool] = True
     supports_discrete_actions: ClassVar[bool] = True
 
@@ -112,6 +121,14 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         self.task = instantiate(task, Task, "task")
         self.actor_model = instantiate(actor_model if actor_model is not None else Mlp(), ModelConfig, "actor_model")
         self.critic_model = instantiate(critic_model if critic_model is not None else Mlp(), ModelConfig, "critic_model")
+        for field in ("actor_model", "critic_model"):
+            if getattr(self, field).is_recurrent and not self.supports_recurrent:
+                fitting = ", ".join(sorted(c.__name__ for c in _algorithm_classes() if c.supports_recurrent))
+                raise ConfigError(
+                    f"{field}: {type(getattr(self, field)).__name__} is recurrent, and {type(self).__name__} cannot "
+                    f"train recurrent networks yet; allowed: a feed-forward model (Mlp, Cnn, DeepSets, Gnn), or an "
+                    f"algorithm that trains on sequences: {fitting}"
+                )
         self.frames_per_batch = positive_int("frames_per_batch", frames_per_batch)
         self.num_envs = positive_int("num_envs", num_envs)
         if frames_per_batch % num_envs:
@@ -294,6 +311,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
                 seed=self.seed,
                 rank=self.rank,
                 device=self.device,
+                transforms=self.env_transforms(),
             )
         return self._sampler
 
@@ -419,11 +437,28 @@ class MarlAlgorithm(pl.LightningModule, ABC):
             self.trainer.should_stop = True
 
     # ------------------------------------------------------------------ evaluation
+    def env_transforms(self) -> list[Transform]:
+        """Transforms every env of this algorithm needs on top of the task's: with recurrent networks, the episode
+        start flag ``is_init`` and zero hidden states from the first step."""
+        specs: dict = {}
+        for module in (*self.policies.values(), *self.critics.values()):
+            specs.update(recurrent_state_specs(module))
+        if not specs:
+            return []
+        return [InitTracker(), TensorDictPrimer(Composite({key: spec.to(self.device) for key, spec in specs.items()}),
+                                                expand_specs=True)]
+
+    def make_env(self, num_envs: int, seed: int | None = None) -> EnvBase:
+        """The task's batched env with :meth:`env_transforms` (what collection and evaluation step)."""
+        env = self.task.make_env(num_envs=num_envs, seed=seed, device=self.device)
+        for transform in self.env_transforms():
+            env.append_transform(transform)
+        return env
+
     def _eval_env(self, num_envs: int) -> EnvBase:
         if num_envs not in self._eval_envs:
             with self.task.isolated_rng():
-                self._eval_envs[num_envs] = self.task.make_env(num_envs=num_envs, seed=self.evaluation_seed,
-                                                               device=self.device)
+                self._eval_envs[num_envs] = self.make_env(num_envs, seed=self.evaluation_seed)
         return self._eval_envs[num_envs]
 
     def evaluate(self, seed: int, num_envs: int) -> TensorDictBase:
@@ -544,8 +579,17 @@ class OnPolicyAlgorithm(MarlAlgorithm):
             )
 
     @property
+    def chunk_length(self) -> int | None:
+        """Steps per training chunk where the algorithm trains on trajectory chunks (recurrent networks);
+        None: minibatches of shuffled single steps."""
+        return None
+
+    @property
     def minibatches_per_iteration(self) -> int:
-        return self.n_minibatch_iters * (self.frames_per_batch // self.minibatch_size)
+        if self.chunk_length is None:
+            return self.n_minibatch_iters * (self.frames_per_batch // self.minibatch_size)
+        chunks = self.frames_per_batch // self.chunk_length
+        return self.n_minibatch_iters * (chunks // (self.minibatch_size // self.chunk_length))
 
     @override
     def train_dataloader(self) -> OnPolicyData:

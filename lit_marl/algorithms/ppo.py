@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 from tensordict import TensorDictBase
-from tensordict.nn import NormalParamExtractor, TensorDictModule
+from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from torch import nn
 from torchrl.modules import ProbabilisticActor
 from torchrl.objectives import ClipPPOLoss, ValueEstimators
@@ -21,6 +21,7 @@ from lit_marl.algorithms.base import OnPolicyAlgorithm
 from lit_marl.algorithms.common import FromState, stochastic_policy
 from lit_marl.envs.base import Task
 from lit_marl.models import ModelConfig, ModelInputs
+from lit_marl.models.recurrent import recurrent_state_specs, sequence_mode
 from lit_marl.errors import ConfigError, non_negative_float, one_of, positive_float, positive_int, unit_interval
 
 
@@ -41,9 +42,14 @@ class PPO(OnPolicyAlgorithm):
         use_tanh_normal: tanh-squashed normal bounded to the action range (True) or a plain
             independent normal (False); continuous actions.
         minibatch_advantage: normalise advantages within each minibatch.
+        sequence_length: with a recurrent actor or critic (Gru, Lstm), minibatches are made of trajectory chunks of
+            this many steps (``minibatch_size // sequence_length`` chunks each), and the networks run through each
+            chunk from the hidden state stored at its first step; default: each env's whole rollout of the
+            iteration (``frames_per_batch // num_envs`` steps). Ignored by feed-forward models.
     """
 
     algorithm_name: ClassVar[str] = ""  # a base: use MAPPO or IPPO
+    supports_recurrent: ClassVar[bool] = True
     #: MAPPO's critic sees every agent of the group (or the global state); IPPO's only its own agent
     centralised_critic: ClassVar[bool] = True
 
@@ -70,6 +76,7 @@ class PPO(OnPolicyAlgorithm):
         scale_mapping: str = "biased_softplus_1.0",
         use_tanh_normal: bool = True,
         minibatch_advantage: bool = False,
+        sequence_length: int | None = None,
         evaluation_episodes: int = 10,
         evaluation_batch_size: int | None = None,
         evaluation_deterministic: bool = True,
@@ -95,7 +102,52 @@ class PPO(OnPolicyAlgorithm):
         self.scale_mapping = scale_mapping
         self.use_tanh_normal = bool(use_tanh_normal)
         self.minibatch_advantage = bool(minibatch_advantage)
+        if sequence_length is not None:
+            positive_int("sequence_length", sequence_length)
+        self.sequence_length = sequence_length
         super().__init__(**self.base_init_args(locals()))
+
+    # ------------------------------------------------------------------ recurrence
+    @property
+    def recurrent(self) -> bool:
+        return self.actor_model.is_recurrent or self.critic_model.is_recurrent
+
+    @property
+    def chunk_length(self) -> int | None:
+        """Steps per training chunk with recurrent networks (None: minibatches of single steps)."""
+        if not self.recurrent:
+            return None
+        return self.sequence_length or self.frames_per_batch // self.num_envs
+
+    @override
+    def _validate_args(self) -> None:
+        super()._validate_args()
+        if not self.recurrent:
+            return
+        steps = self.frames_per_batch // self.num_envs
+        if steps % self.chunk_length:
+            raise ConfigError(
+                f"sequence_length: {self.sequence_length} does not divide the {steps} steps each env collects per "
+                f"iteration (frames_per_batch={self.frames_per_batch} / num_envs={self.num_envs}); allowed: a divisor "
+                f"of {steps}"
+            )
+        if self.minibatch_size < self.chunk_length:
+            raise ConfigError(
+                f"minibatch_size: {self.minibatch_size} frames cannot hold one chunk of {self.chunk_length} steps "
+                f"(sequence_length); allowed: {self.chunk_length} or more"
+            )
+
+    @override
+    def policy_for_collection(self) -> TensorDictModuleBase:
+        if not self.critic_model.is_recurrent:
+            return self.policy
+        # a recurrent critic steps with the policy, so every step stores the critic's hidden state too
+        return TensorDictSequential(*self.policies.values(), *self.critics.values())
+
+    @override
+    def loss(self, group: str, batch: TensorDictBase) -> TensorDictBase:
+        with sequence_mode(self.recurrent):
+            return super().loss(group, batch)
 
     # ------------------------------------------------------------------ networks
     @override
@@ -137,7 +189,9 @@ class PPO(OnPolicyAlgorithm):
             value=(group, "state_value"),
             sample_log_prob=(group, "action_log_prob"),
         )
-        loss.make_value_estimator(ValueEstimators.GAE, gamma=self.gamma, lmbda=self.lmbda)
+        # torch's RNN kernels have no vmap rule: recurrent critics are evaluated on root and next steps in turn
+        loss.make_value_estimator(ValueEstimators.GAE, gamma=self.gamma, lmbda=self.lmbda,
+                                  deactivate_vmap=self.critic_model.is_recurrent)
         return loss
 
     @override
@@ -149,10 +203,20 @@ class PPO(OnPolicyAlgorithm):
     def process_batch(self, batch: TensorDictBase) -> TensorDictBase:
         """Per-group done flags (see the base class), then GAE advantages and value targets."""
         batch = super().process_batch(batch)
+        view = batch
+        if self.recurrent:
+            # Every step carries the hidden state stored while collecting, so values are computed step by step. The
+            # episode-start flag is left out: the stored state is already zero there, and torchrl would otherwise
+            # also reset the state of the step after an episode's first one. Values a recurrent critic wrote while
+            # collecting are recomputed.
+            view = batch.exclude("is_init", ("next", "is_init"), *[(g, "state_value") for g in self.groups])
         for group in self.groups:
             loss = self.losses[group]
-            loss.value_estimator(batch, params=loss.critic_network_params,
+            loss.value_estimator(view, params=loss.critic_network_params,
                                  target_params=loss.target_critic_network_params)
+        if view is not batch:
+            batch.update(view.select(*[(g, key) for g in self.groups
+                                       for key in ("advantage", "value_target", "state_value")]))
         return batch
 
     @override
@@ -165,6 +229,10 @@ class PPO(OnPolicyAlgorithm):
                 keys.append(self.task.state_key)
             if self.task.action_mask_key(group) is not None:
                 keys.append(self.task.action_mask_key(group))
+        if self.recurrent:  # the stored hidden states (read at each chunk's first step) and episode starts
+            for module in (*self.policies.values(), *self.critics.values()):
+                keys += list(recurrent_state_specs(module))
+            keys.append("is_init")
         return list(dict.fromkeys(keys))
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torchrl.collectors import Collector
+from torchrl.envs import Transform
 
 from lit_marl.envs.base import Task
+
 from lit_marl.utils import derived_seed, isolated_rng
 
 
@@ -29,12 +33,15 @@ class Sampler:
         seed: int,
         rank: int = 0,
         device: torch.device | str = "cpu",
+        transforms: Sequence[Transform] = (),
     ) -> None:
         self.task = task
         self.seed = seed
         self.rank = rank
         with task.isolated_rng():
             self.env = task.make_env(num_envs=num_envs, seed=seed, device=device)
+            for transform in transforms:  # e.g. the algorithm's recurrent-state primer
+                self.env.append_transform(transform)
             self.collector = Collector(
                 self.env,
                 policy,

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 class OnPolicyData:
     """Sized iterable: collect a batch, process it (e.g. GAE) without grad, then yield
-    ``n_minibatch_iters`` epochs of shuffled minibatches of ``minibatch_size`` frames.
+    ``n_minibatch_iters`` epochs of shuffled minibatches of ``minibatch_size`` frames (with recurrent networks:
+    of ``minibatch_size // chunk_length`` shuffled trajectory chunks ``[chunks, chunk_length]``).
 
     The length lets Lightning know where the epoch ends, so it never prefetches (and so never
     collects) ahead of the last update.
@@ -31,9 +32,16 @@ class OnPolicyData:
         batch = algo.collect_batch()
         with torch.no_grad():
             batch = algo.process_batch(batch)
-        batch = batch.select(*algo.training_keys(), strict=False).reshape(-1).to(algo.device)
+        batch = batch.select(*algo.training_keys(), strict=False)
+        if algo.chunk_length is not None:
+            # [num_envs, steps] -> [chunks, chunk_length]: minibatches of whole trajectory chunks, in time order
+            batch = batch.reshape(-1, algo.chunk_length).to(algo.device)
+            size = algo.minibatch_size // algo.chunk_length
+        else:
+            batch = batch.reshape(-1).to(algo.device)
+            size = algo.minibatch_size
         algo.mark_training_start()
-        n, size = batch.numel(), algo.minibatch_size
+        n = batch.shape[0]
         for _ in range(algo.n_minibatch_iters):
             order = torch.randperm(n, device=batch.device)
             for start in range(0, n - size + 1, size):

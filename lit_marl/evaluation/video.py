@@ -120,7 +120,7 @@ def render_batch(module: Any, seed: int, num_envs: int, env_indices: Sequence[in
     frames: dict[int, list] = {i: [] for i in env_indices}
     alive = set(env_indices)
     with task.isolated_rng():
-        env = task.make_env(num_envs=num_envs, seed=module.evaluation_seed, device=module.device)
+        env = module.make_env(num_envs, seed=module.evaluation_seed)  # + recurrent-state transforms
     try:
         with task.isolated_rng(seed), torch.no_grad(), set_exploration_type(mode):
             env.set_seed(seed)
