@@ -208,6 +208,8 @@ def test_algorithm_needing_discrete_actions_refuses_a_continuous_task():
         ({"clip_epsilon": 0}, "clip_epsilon"),
         ({"loss_critic_type": "l3"}, "loss_critic_type"),
         ({"scale_mapping": "cube"}, "scale_mapping"),
+        ({"test_videos": 101}, "test_videos"),
+        ({"sequence_length": 0}, "sequence_length"),
     ],
 )
 def test_bad_argument_names_field_and_value(overrides, field, monkeypatch):

@@ -29,13 +29,14 @@ def test_lit_marl_test_writes_eval_info_and_videos_beside_the_run(tmp_path, caps
     assert info["provenance"]["versions"]["vmas"] and info["provenance"]["versions"]["torchrl"]
     assert info["provenance"]["config"]["model"]["class_path"] == "lit_marl.algorithms.ppo.MAPPO"
     assert set(info["aggregated"]["return"]) == {"mean", "median", "iqm"}
-    # a second test never touches the first one's folder
-    main(args)
+    # a second test never touches the first one's folder; videos asked for as the issue spells it, on the model
+    main([*args, "--model.init_args.test_videos", "1"])
     assert len(list((run / "eval").iterdir())) == 2
     assert json.loads((folder / "eval_info.json").read_text()) == info
+    second = next(p for p in (run / "eval").iterdir() if p != folder)
+    assert sorted(p.name for p in (second / "videos").iterdir()) == ["episode_0000.mp4"]
 
     # the same checkpoint on the same seeds: a paired difference of exactly zero
-    second = next(p for p in (run / "eval").iterdir() if p != folder)
     capsys.readouterr()
     main(["compare", str(folder), str(second), "--out", str(tmp_path / "compare.json")])
     out = capsys.readouterr().out

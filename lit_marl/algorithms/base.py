@@ -82,6 +82,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         evaluation_seed: seed of the first evaluation batch (default ``seed + 10_000``); the same
             episodes are evaluated every time.
         test_episodes: episodes rolled out by ``lit-marl test``.
+        test_videos: of those, how many ``lit-marl test`` renders to mp4 (the first ones; needs a task that renders).
         seed: base seed of the training envs (linked to ``seed_everything`` on the command line).
     """
 
@@ -111,6 +112,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         evaluation_deterministic: bool = True,
         evaluation_seed: int | None = None,
         test_episodes: int = 100,
+        test_videos: int = 0,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -147,6 +149,9 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         self.evaluation_deterministic = bool(evaluation_deterministic)
         self.evaluation_seed = int(evaluation_seed) if evaluation_seed is not None else int(seed) + 10_000
         self.test_episodes = positive_int("test_episodes", test_episodes)
+        if not isinstance(test_videos, int) or isinstance(test_videos, bool) or not 0 <= test_videos <= test_episodes:
+            raise ConfigError(f"test_videos: must be an integer in 0..test_episodes={test_episodes}, got {test_videos!r}")
+        self.test_videos = test_videos
         self.share_policy_params = bool(share_policy_params)
         self.seed = int(seed)
         self._check_action_space()

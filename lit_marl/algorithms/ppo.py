@@ -82,6 +82,7 @@ class PPO(OnPolicyAlgorithm):
         evaluation_deterministic: bool = True,
         evaluation_seed: int | None = None,
         test_episodes: int = 100,
+        test_videos: int = 0,
         seed: int = 0,
     ) -> None:
         self.n_minibatch_iters = positive_int("n_minibatch_iters", n_minibatch_iters)

@@ -81,6 +81,7 @@ class QLearning(OffPolicyAlgorithm):
         evaluation_deterministic: bool = True,
         evaluation_seed: int | None = None,
         test_episodes: int = 100,
+        test_videos: int = 0,
         seed: int = 0,
     ) -> None:
         self._set_off_policy_args_from(locals())

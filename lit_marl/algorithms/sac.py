@@ -78,6 +78,7 @@ class SAC(OffPolicyAlgorithm):
         evaluation_deterministic: bool = True,
         evaluation_seed: int | None = None,
         test_episodes: int = 100,
+        test_videos: int = 0,
         seed: int = 0,
     ) -> None:
         # SAC explores by sampling its policy: the noise-annealing arguments do not apply.

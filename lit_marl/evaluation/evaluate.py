@@ -80,10 +80,15 @@ class EvaluationReport(MarlCallback):
         self.result: dict[str, Any] | None = None
         self.folder: Path | None = None
         self._start = 0.0
+        self._videos = videos
 
     @override
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        require_renderer("evaluation.videos", self.videos, pl_module.task)
+        # --evaluation.videos, or the model's test_videos (--model.init_args.test_videos)
+        field = "evaluation.videos" if self.videos else "model.init_args.test_videos"
+        self._videos = self.videos or int(getattr(pl_module, "test_videos", 0))
+        require_encoder(field, self._videos)
+        require_renderer(field, self._videos, pl_module.task)
         scipy_stats()  # fail before the episodes, not after them
         self._start = time.perf_counter()
         self._running = []
@@ -122,7 +127,7 @@ class EvaluationReport(MarlCallback):
         self.folder = new_folder(self._parent(trainer, checkpoint))
         self.result = build_eval_info(pl_module, batches, episodes, seconds, checkpoint, self.confidence,
                                       self.n_resamples)
-        if self.videos:
+        if self._videos:
             self._write_videos(pl_module, batches, episodes)
         if self.export_episodes:
             export = export_rollouts(pl_module, batches, episodes, self.folder / "episodes")
@@ -157,7 +162,7 @@ class EvaluationReport(MarlCallback):
         rendered = []
         try:
             for batch in batches:
-                wanted = [i for i in range(batch["num_envs"]) if batch["first_episode"] + i < self.videos]
+                wanted = [i for i in range(batch["num_envs"]) if batch["first_episode"] + i < self._videos]
                 if not wanted:
                     continue
                 frames, replay = render_batch(pl_module, batch["seed"], batch["num_envs"], wanted)
