@@ -12,13 +12,14 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from tensordict import TensorDict
 
-from lit_marl.algorithms import IPPO, MADDPG, MAPPO, QMIX
-from lit_marl.data import OnPolicyData
+from lit_marl.algorithms import IPPO, IQL, ISAC, MADDPG, MAPPO, QMIX
+from lit_marl.data import OffPolicyData, OnPolicyData
 from lit_marl.errors import ConfigError
 from lit_marl.models import Gru, Lstm, Mlp, ModelInputs
 from lit_marl.models.recurrent import sequence_mode
 from tests.conftest import tiny_kwargs, tiny_task, tiny_trainer
 from tests.memory_task import CueMemoryTask
+from tests.test_off_policy import ddpg_kwargs
 
 
 def _module(kind="lstm", share_params=False, centralised=False, n_agents=3, features=4):
@@ -162,13 +163,70 @@ def test_recurrent_resume_continues_bitwise(tmp_path):
 
 
 def test_recurrent_bad_input_stops_before_training():
-    with pytest.raises(ConfigError, match=r"actor_model: Gru is recurrent, and MADDPG cannot train.*IPPO, MAPPO"):
-        MADDPG(tiny_task(), actor_model=Gru())
-    with pytest.raises(ConfigError, match="actor_model: Lstm is recurrent, and QMIX"):
-        QMIX(tiny_task(continuous_actions=False), actor_model=Lstm())
+    with pytest.raises(ConfigError, match=r"critic_model: Gru is recurrent; off-policy algorithms train recurrent "
+                                          r"policies"):
+        MADDPG(tiny_task(), critic_model=Gru())
+    with pytest.raises(ConfigError, match="use_prioritized_replay_buffer: true is not supported with a recurrent"):
+        QMIX(tiny_task(continuous_actions=False), actor_model=Lstm(), use_prioritized_replay_buffer=True)
+    with pytest.raises(ConfigError, match=r"burn_in: 8 \+ sequence_length 4 exceeds the episode length max_steps=10"):
+        IQL(tiny_task(continuous_actions=False), actor_model=Gru(), sequence_length=4, burn_in=8)
+    with pytest.raises(ConfigError, match="burn_in: must be an integer >= 0, got -1"):
+        IQL(tiny_task(continuous_actions=False), actor_model=Gru(), burn_in=-1)
     with pytest.raises(ConfigError, match=r"sequence_length: 3 does not divide the 10 steps"):
         MAPPO(tiny_task(), **tiny_kwargs(actor_model=Gru(), sequence_length=3))
     with pytest.raises(ConfigError, match=r"minibatch_size: 5 frames cannot hold one chunk of 10 steps"):
         MAPPO(tiny_task(), **tiny_kwargs(actor_model=Gru(), minibatch_size=5))  # chunks: each env's 10 steps
     with pytest.raises(ConfigError, match="hidden_size"):
         Gru(hidden_size=0)
+
+
+# ------------------------------------------------------------------------------------------ off-policy
+def _iql_memory_run(tmp_path, model_config):
+    pl.seed_everything(0)
+    model = IQL(CueMemoryTask(), actor_model=model_config, frames_per_batch=256, num_envs=64, n_optimizer_steps=20,
+                train_batch_size=64, memory_size=20_000, lr=3e-3, max_frames=256 * 10, evaluation_episodes=64,
+                sequence_length=4, exploration_eps_init=0.5, exploration_eps_end=0.05, polyak_tau=0.05)
+    trainer = tiny_trainer(tmp_path, max_epochs=-1, check_val_every_n_epoch=10)
+    trainer.fit(model)
+    return float(trainer.callback_metrics["val/return"])
+
+
+def test_recurrent_q_learning_trains_on_sampled_sequences_and_remembers(tmp_path):
+    assert _iql_memory_run(tmp_path / "gru", Gru(hidden_size=32)) >= 0.9  # a DRQN
+    assert _iql_memory_run(tmp_path / "mlp", Mlp(num_cells=[32, 32])) <= 0.35
+
+
+def test_sequence_slices_stay_in_one_episode_and_burn_in_refreshes_the_state():
+    torch.manual_seed(0)
+    model = IQL(tiny_task(continuous_actions=False, max_steps=6), actor_model=Gru(hidden_size=8),
+                frames_per_batch=48, num_envs=4, n_optimizer_steps=3, train_batch_size=8, memory_size=1000,
+                sequence_length=2, burn_in=3, evaluation_episodes=2)
+    batches = list(OffPolicyData(model))
+    assert len(batches) == 3 and batches[0].batch_size == (4, 5)  # 8 // 2 slices of burn-in 3 + 2 steps
+    sample = batches[0]["agents"]
+    episode = sample["collector", "traj_ids"]
+    assert (episode == episode[:, :1]).all()  # every slice inside one episode
+    with torch.no_grad():  # new weights: the stored states are stale now
+        for p in model.policies["agents"].parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    key = ("agents", "action_value_hidden")
+    fresh = model._burn_in("agents", sample.clone())
+    assert fresh.batch_size == (4, 2)
+    state = sample[key][:, 0]
+    with torch.no_grad():
+        for t in range(3):  # step the current weights through the burn-in steps from the stored state
+            step = sample[:, t].clone()
+            step.set(key, state)
+            state = model.policies["agents"](step)["next", *key]
+    torch.testing.assert_close(fresh[key][:, 0], state)
+    assert not torch.allclose(fresh[key][:, 0], sample[key][:, 3])
+
+
+@pytest.mark.parametrize("algorithm", [MADDPG, ISAC])
+def test_actor_critic_off_policy_trains_a_recurrent_actor_with_burn_in(tmp_path, algorithm):
+    task = tiny_task() if algorithm is MADDPG else tiny_task(continuous_actions=False)
+    model = algorithm(task, **ddpg_kwargs(actor_model=Lstm(hidden_size=8), sequence_length=4, burn_in=2))
+    before = {k: v.clone() for k, v in model.policies.state_dict().items()}
+    tiny_trainer(tmp_path, max_epochs=2).fit(model)
+    assert model.frames == 80
+    assert any(not torch.equal(v, before[k]) for k, v in model.policies.state_dict().items() if "rnns" in k)

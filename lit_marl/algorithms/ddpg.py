@@ -35,6 +35,11 @@ class DDPG(OffPolicyAlgorithm):
         use_prioritized_replay_buffer: sample by TD error (Schaul et al., 2016) with ``prb_alpha``/``prb_beta``.
         buffer_device: where the buffers live: ``cpu``, ``train`` (the module's device) or ``disk``
             (memory-mapped files in the run folder).
+        sequence_length: with a recurrent ``actor_model`` (Gru, Lstm), minibatches are
+            ``train_batch_size // sequence_length`` slices of this many consecutive steps of one episode, sampled
+            from the buffer (default: ``min(max_steps, train_batch_size)``).
+        burn_in: steps before each slice that only refresh the stored hidden state with the current weights
+            (no loss on them; R2D2's burn-in).
         soft_target_update: Polyak-average the target networks each step (``polyak_tau``); otherwise copy
             them every ``hard_target_update_frequency`` steps.
         exploration_eps_init / exploration_eps_end: standard deviation of the Gaussian action noise,
@@ -66,6 +71,8 @@ class DDPG(OffPolicyAlgorithm):
         prb_alpha: float = 0.6,
         prb_beta: float = 0.4,
         buffer_device: Literal["cpu", "train", "disk"] = "cpu",
+        sequence_length: int | None = None,
+        burn_in: int = 0,
         lr: float = 5e-5,
         adam_eps: float = 1e-6,
         gamma: float = 0.99,

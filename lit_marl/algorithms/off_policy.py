@@ -19,7 +19,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import unravel_key, unravel_key_list
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
-from torchrl.data import LazyMemmapStorage, LazyTensorStorage, RandomSampler, TensorDictReplayBuffer
+from torchrl.data import LazyMemmapStorage, LazyTensorStorage, RandomSampler, SliceSampler, TensorDictReplayBuffer
 from torchrl.objectives import HardUpdate, SoftUpdate
 from typing_extensions import override
 
@@ -27,8 +27,11 @@ from lit_marl.algorithms.base import MarlAlgorithm
 from lit_marl.data.off_policy import OffPolicyData
 from lit_marl.data.replay import TensorPrioritizedSampler
 from lit_marl.errors import ConfigError, positive_int, unit_interval
+from lit_marl.models.recurrent import recurrent_state_specs, sequence_mode
 
 BUFFER_DEVICES = ("cpu", "train", "disk")
+#: the episode number the torchrl collector gives every step (sequence sampling keeps slices inside one episode)
+TRAJECTORY_KEY = ("collector", "traj_ids")
 
 
 class RandomUntil(TensorDictModuleBase):
@@ -43,10 +46,13 @@ class RandomUntil(TensorDictModuleBase):
         self.in_keys = policy.in_keys
         self.out_keys = policy.out_keys
         self.active = False
+        self.steps_policy = bool(recurrent_state_specs(policy))
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         if not self.active:
             return self.policy(tensordict)
+        if self.steps_policy:  # a recurrent policy still runs, so its hidden state follows the episode
+            tensordict = self.policy(tensordict)
         for key, spec in self.action_specs.items():
             mask_key = self.mask_keys.get(key)
             if mask_key is None:
@@ -66,6 +72,7 @@ class OffPolicyAlgorithm(MarlAlgorithm):
     """
 
     on_policy: ClassVar[bool] = False
+    supports_recurrent: ClassVar[bool] = True
 
     def _set_off_policy_args(
         self,
@@ -83,6 +90,8 @@ class OffPolicyAlgorithm(MarlAlgorithm):
         exploration_eps_init: float,
         exploration_eps_end: float,
         exploration_anneal_frames: int | None,
+        sequence_length: int | None = None,
+        burn_in: int = 0,
     ) -> None:
         self.n_optimizer_steps = positive_int("n_optimizer_steps", n_optimizer_steps)
         self.train_batch_size = positive_int("train_batch_size", train_batch_size)
@@ -111,14 +120,50 @@ class OffPolicyAlgorithm(MarlAlgorithm):
         if exploration_anneal_frames is not None:
             positive_int("exploration_anneal_frames", exploration_anneal_frames)
         self.exploration_anneal_frames = exploration_anneal_frames
+        if sequence_length is not None:
+            positive_int("sequence_length", sequence_length)
+        self.sequence_length = sequence_length
+        if not isinstance(burn_in, int) or isinstance(burn_in, bool) or burn_in < 0:
+            raise ConfigError(f"burn_in: must be an integer >= 0, got {burn_in!r}")
+        self.burn_in = burn_in
 
     def _set_off_policy_args_from(self, values: dict[str, Any], **overrides: Any) -> None:
         """:meth:`_set_off_policy_args` with the arguments found in ``values`` (a subclass's ``locals()``)."""
         names = inspect.signature(OffPolicyAlgorithm._set_off_policy_args).parameters
         self._set_off_policy_args(**{n: overrides.get(n, values.get(n)) for n in names if n != "self"})
 
+    @property
+    def recurrent(self) -> bool:
+        return self.actor_model.is_recurrent
+
+    @property
+    def chunk_length(self) -> int | None:
+        """Steps of each sampled slice on which the loss is computed (recurrent policies; else None)."""
+        if not self.recurrent:
+            return None
+        return self.sequence_length or min(self.task.max_steps, self.train_batch_size)
+
     @override
     def _validate_args(self) -> None:
+        if self.critic_model.is_recurrent:
+            raise ConfigError(
+                f"critic_model: {type(self.critic_model).__name__} is recurrent; off-policy algorithms train "
+                f"recurrent policies (actor_model) on sampled sequences, but their critics are feed-forward for now; "
+                f"allowed: Mlp, Cnn, DeepSets, Gnn, Sequence of those (or MAPPO/IPPO for a recurrent critic)"
+            )
+        if self.recurrent:
+            if self.use_prioritized_replay_buffer:
+                raise ConfigError("use_prioritized_replay_buffer: true is not supported with a recurrent actor_model "
+                                  "(sequences are sampled uniformly); allowed: false")
+            if self.chunk_length > self.train_batch_size:
+                raise ConfigError(f"sequence_length: {self.chunk_length} is longer than train_batch_size="
+                                  f"{self.train_batch_size}; allowed: 1..{self.train_batch_size}")
+            if self.chunk_length + self.burn_in > self.task.max_steps:
+                raise ConfigError(
+                    f"burn_in: {self.burn_in} + sequence_length {self.chunk_length} exceeds the episode length "
+                    f"max_steps={self.task.max_steps}; no slice could be sampled. Allowed: burn_in + sequence_length "
+                    f"<= {self.task.max_steps}"
+                )
         if self.init_random_frames % self.frames_per_batch:
             raise ConfigError(
                 f"init_random_frames: {self.init_random_frames} is not a multiple of frames_per_batch="
@@ -164,13 +209,17 @@ class OffPolicyAlgorithm(MarlAlgorithm):
 
     # ------------------------------------------------------------------ buffers
     def group_keys(self, group: str) -> list:
-        """Keys of a processed batch that ``group``'s loss reads: what its replay buffer stores."""
+        """Keys of a processed batch that ``group``'s loss reads: what its replay buffer stores (with a recurrent
+        policy also its stored hidden states, episode starts and episode numbers, for sequence sampling)."""
         keys = [unravel_key(key) for key in self.losses[group].in_keys]
         state_key = self.task.state_key
         if state_key is not None and state_key in keys:
             # a TD target that conditions on the state reads the next one too (torchrl's SACLoss leaves it
             # out of in_keys)
             keys.append(unravel_key(("next", state_key)))
+        if self.recurrent:
+            states = list(recurrent_state_specs(self.policies[group]))
+            keys += [*states, *(("next", *key) for key in states), "is_init", TRAJECTORY_KEY]
         return list(dict.fromkeys(keys))
 
     def _buffer_dir(self) -> Path:
@@ -193,8 +242,14 @@ class OffPolicyAlgorithm(MarlAlgorithm):
         else:
             device = "cpu" if self.buffer_device == "cpu" else self.device
             storage = LazyTensorStorage(self.memory_size, device=device)
-        sampler = (TensorPrioritizedSampler(self.memory_size, alpha=self.prb_alpha, beta=self.prb_beta)
-                   if self.use_prioritized_replay_buffer else RandomSampler())
+        if self.recurrent:
+            # slices of consecutive steps of one episode (the collector numbers each episode); burn-in steps first
+            sampler = SliceSampler(slice_len=self.burn_in + self.chunk_length, traj_key=TRAJECTORY_KEY,
+                                   end_key=None, strict_length=True)
+        elif self.use_prioritized_replay_buffer:
+            sampler = TensorPrioritizedSampler(self.memory_size, alpha=self.prb_alpha, beta=self.prb_beta)
+        else:
+            sampler = RandomSampler()
         return TensorDictReplayBuffer(storage=storage, sampler=sampler, priority_key=(group, "td_error"))
 
     @override
@@ -206,6 +261,28 @@ class OffPolicyAlgorithm(MarlAlgorithm):
             n_agents = len(self.task.group_map[group])
             sample.set("priority_weight", weight.unsqueeze(-1).expand(-1, n_agents))
         return sample
+
+    @override
+    def loss(self, group: str, batch: TensorDictBase) -> TensorDictBase:
+        if not self.recurrent:
+            return super().loss(group, batch)
+        with sequence_mode():
+            if self.burn_in:
+                batch = self._burn_in(group, batch)
+            return super().loss(group, batch)
+
+    def _burn_in(self, group: str, batch: TensorDictBase) -> TensorDictBase:
+        """Run the policy (without grad) over each slice's first ``burn_in`` steps from the stored state, and
+        start the loss's steps from the state it reaches: the stored one was computed by older weights."""
+        b = self.burn_in
+        with torch.no_grad(), sequence_mode():
+            warm = self.policies[group](batch[:, : b + 1].clone())
+        rest = batch[:, b:].clone()
+        for key in recurrent_state_specs(self.policies[group]):
+            reached = warm.get(("next", *key))
+            rest.get(key)[:, 0] = reached[:, b - 1]  # the state entering the first trained step
+            rest.get(("next", *key))[:, 0] = reached[:, b]  # and the one after it (read by target networks)
+        return rest
 
     @override
     def train_dataloader(self) -> OffPolicyData:

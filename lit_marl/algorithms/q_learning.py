@@ -62,6 +62,8 @@ class QLearning(OffPolicyAlgorithm):
         prb_alpha: float = 0.6,
         prb_beta: float = 0.4,
         buffer_device: Literal["cpu", "train", "disk"] = "cpu",
+        sequence_length: int | None = None,
+        burn_in: int = 0,
         lr: float = 5e-5,
         adam_eps: float = 1e-6,
         gamma: float = 0.99,
