@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import pickle
 import uuid
 import zipfile
 from pathlib import Path
@@ -12,10 +11,13 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from lit_marl import __version__
 from lit_marl.errors import CheckpointError
 
 #: version of the ``checkpoint["lit_marl"]`` layout
 FORMAT_VERSION = 1
+#: layouts this lit-marl reads (a checkpoint of any other layout is refused by name)
+READABLE_FORMATS = (1,)
 #: ``--ckpt_path`` values that Lightning resolves itself
 LIGHTNING_CKPT_ALIASES = ("last", "best", "hpc", "registry")
 
@@ -29,6 +31,9 @@ def _atomic_torch_save(obj: Any, path: Path) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:  # disk full, read-only, no permission: name the checkpoint, not the temp file
+        kept = "the previous one is intact" if path.exists() else "none was there before"
+        raise OSError(err.errno, f"{err.strerror or err} (checkpoint not written; {kept})", str(path)) from err
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -65,14 +70,20 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 old.unlink(missing_ok=True)
 
     def load_checkpoint(self, path, map_location=lambda storage, loc: storage, weights_only=None) -> dict[str, Any]:
-        checkpoint = super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+        if not Path(path).is_file():
+            raise CheckpointError(f"ckpt_path: {str(path)!r} does not exist (or is not a file)")
+        try:
+            checkpoint = super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+        except _LOAD_ERRORS as err:
+            raise CheckpointError(_unreadable(path, err)) from None
         meta = checkpoint.get("lit_marl", {})
         token = meta.pop("replay_buffers_sidecar", None)
         if token is not None:
-            sidecar = _sidecar(Path(path).resolve(), token)
-            if not sidecar.is_file():
-                raise CheckpointError(f"ckpt_path: the replay buffers of {str(path)!r} ({sidecar.name}) are missing")
-            meta["replay_buffers"] = torch.load(sidecar, map_location="cpu", weights_only=True)
+            sidecar = _checked_sidecar(Path(path), token)
+            try:
+                meta["replay_buffers"] = torch.load(sidecar, map_location="cpu", weights_only=True)
+            except _LOAD_ERRORS as err:
+                raise CheckpointError(_unreadable(path, err, sidecar)) from None
         return checkpoint
 
     def remove_checkpoint(self, path) -> None:
@@ -89,27 +100,68 @@ def _sidecars(path: Path) -> list[Path]:
     return sorted(path.parent.glob(f"{path.name}.buffers-*"))
 
 
+#: what ``torch.load`` raises on a truncated, corrupt or non-checkpoint file: random bytes reach the unpickler
+#: and fail in it anywhere (IndexError, KeyError, UnicodeDecodeError, … were all seen), so any Exception
+_LOAD_ERRORS = (Exception,)
+
+
+def _unreadable(path, err: BaseException, sidecar: Path | None = None) -> str:
+    reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+    what = f"the replay buffers of {str(path)!r} ({sidecar.name})" if sidecar else repr(str(path))
+    return (f"ckpt_path: {what} is not a readable checkpoint (truncated or corrupt?): {type(err).__name__}: {reason}; "
+            f"allowed: a complete file written by lit-marl (loadable with torch.load(weights_only=True))")
+
+
+def _checked_sidecar(path: Path, token: str) -> Path:
+    """The replay-buffer sidecar a checkpoint names; refused if it is missing or is not a complete zip archive
+    (``torch.save``'s format; the check reads only the archive's directory at its end)."""
+    sidecar = _sidecar(path.resolve(), token)
+    if not sidecar.is_file():
+        raise CheckpointError(
+            f"ckpt_path: the replay buffers of {str(path)!r} ({sidecar.name}) are missing; allowed: the checkpoint "
+            f"together with the sidecar file written beside it"
+        )
+    if not zipfile.is_zipfile(sidecar):
+        raise CheckpointError(
+            f"ckpt_path: the replay buffers of {str(path)!r} ({sidecar.name}) are truncated or corrupt (not a "
+            f"complete torch.save archive); allowed: the sidecar file as lit-marl wrote it"
+        )
+    return sidecar
+
+
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """Load a lit-marl checkpoint with ``weights_only=True``; raise :class:`CheckpointError` if unusable."""
+    """Load a lit-marl checkpoint with ``weights_only=True`` (without its replay buffers, whose sidecar is only
+    checked to exist and be complete); raise :class:`CheckpointError` if it is unusable."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"ckpt_path: {str(path)!r} does not exist (or is not a file)")
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as err:
+    except _LOAD_ERRORS as err:
+        raise CheckpointError(_unreadable(path, err)) from None
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("lit_marl"), dict):
         raise CheckpointError(
-            f"ckpt_path: {str(path)!r} is not a readable checkpoint (truncated or corrupt?): {err}"
-        ) from None
-    if not isinstance(checkpoint, dict) or "lit_marl" not in checkpoint:
-        raise CheckpointError(f"ckpt_path: {str(path)!r} is not a lit-marl checkpoint (no 'lit_marl' entry)")
+            f"ckpt_path: {str(path)!r} is not a lit-marl checkpoint (no 'lit_marl' entry); allowed: a checkpoint "
+            f"written by lit-marl fit"
+        )
+    token = checkpoint["lit_marl"].get("replay_buffers_sidecar")
+    if token is not None:
+        _checked_sidecar(path, token)
     return checkpoint
 
 
-def check_compatible(meta: dict[str, Any], algorithm: str, task_config: dict[str, Any], source: str) -> None:
-    """Raise :class:`CheckpointError` when a checkpoint belongs to another algorithm or task."""
-    if meta.get("format_version", 0) > FORMAT_VERSION:
+def check_compatible(meta: dict[str, Any], algorithm: str, task_config: dict[str, Any], source: str,
+                     group_map: dict[str, list[str]] | None = None) -> None:
+    """Raise :class:`CheckpointError` when a checkpoint has another layout version or belongs to another
+    algorithm, task or agent-group layout."""
+    version = meta.get("format_version")
+    if version not in READABLE_FORMATS:
+        written_by = f" (lit-marl {meta['lit_marl_version']})" if "lit_marl_version" in meta else ""
+        newer = isinstance(version, int) and version > FORMAT_VERSION
         raise CheckpointError(
-            f"{source}: written by a newer lit-marl (format {meta['format_version']}, this one reads {FORMAT_VERSION})"
+            f"{source}: checkpoint format_version {version!r}{written_by} was written by "
+            f"{'a newer' if newer else 'another'} lit-marl; this one ({__version__}) reads format "
+            f"{', '.join(map(str, READABLE_FORMATS))}"
         )
     if meta.get("algorithm") != algorithm:
         raise CheckpointError(
@@ -119,3 +171,41 @@ def check_compatible(meta: dict[str, Any], algorithm: str, task_config: dict[str
         raise CheckpointError(
             f"{source}: checkpoint is for task {meta.get('task')!r}, but the model's task is {task_config!r}"
         )
+    if group_map is not None and "group_map" in meta:
+        check_group_map(meta["group_map"], group_map, source)
+
+
+def check_group_map(saved: dict[str, list[str]], current: dict[str, list[str]], source: str) -> None:
+    """Raise :class:`CheckpointError` when a checkpoint's agent groups differ from the model's task."""
+    saved = {g: list(a) for g, a in saved.items()}
+    current = {g: list(a) for g, a in current.items()}
+    if saved != current:
+        raise CheckpointError(
+            f"{source}: checkpoint has agent groups {saved!r}, but the model's task has {current!r}; allowed: "
+            f"the same group layout (task.agent_groups)"
+        )
+
+
+def check_state_dict(saved: dict[str, Any], current: dict[str, torch.Tensor], source: str) -> None:
+    """Raise :class:`CheckpointError` naming the parameters a checkpoint lacks, has in excess, or has in another
+    shape than the model (other network sizes, parameter sharing or centralised critics), before
+    ``load_state_dict`` would fail inside PyTorch."""
+    missing = sorted(set(current) - set(saved))
+    unexpected = sorted(set(saved) - set(current))
+    reshaped = [f"{k}: {list(saved[k].shape)} in the checkpoint, {list(current[k].shape)} in the model"
+                for k in current if k in saved and isinstance(saved[k], torch.Tensor)
+                and tuple(saved[k].shape) != tuple(current[k].shape)]
+    if not (missing or unexpected or reshaped):
+        return
+    parts = []
+    if reshaped:
+        parts.append(f"{len(reshaped)} parameter(s) of another shape ({'; '.join(reshaped[:3])}"
+                     f"{'; …' if len(reshaped) > 3 else ''})")
+    if missing:
+        parts.append(f"{len(missing)} missing ({', '.join(missing[:3])}{', …' if len(missing) > 3 else ''})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected ({', '.join(unexpected[:3])}{', …' if len(unexpected) > 3 else ''})")
+    raise CheckpointError(
+        f"{source}: the checkpoint's networks do not fit the model: {'; '.join(parts)}; allowed: the actor_model, "
+        f"critic_model and parameter-sharing settings the checkpoint was trained with (its run's config.yaml)"
+    )

@@ -16,20 +16,29 @@ Every run writes into a new folder ``runs/<name>/version_<n>/`` (``config.yaml``
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
+import signal
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from typing_extensions import override
 
 from lit_marl.algorithms.base import MarlAlgorithm
-from lit_marl.checkpoint import LIGHTNING_CKPT_ALIASES, check_compatible, read_checkpoint
+from lit_marl.checkpoint import (
+    LIGHTNING_CKPT_ALIASES,
+    check_compatible,
+    check_group_map,
+    check_state_dict,
+    read_checkpoint,
+)
 from lit_marl.envs.base import Task
-from lit_marl.errors import ConfigError
+from lit_marl.errors import ConfigError, NumericalError
 from lit_marl.evaluation import EvaluationReport
 from lit_marl.utils import instantiate
 
@@ -82,6 +91,11 @@ class LitMarlCLI(LightningCLI):
         # what `lit-marl test` writes (eval_info.json, videos); inert in fit and validate
         parser.add_lightning_class_args(EvaluationReport, "evaluation")
         parser.set_defaults(CHECKPOINT_DEFAULTS)
+        parser.add_argument(
+            "--nan_policy", type=Literal["stop", "skip"], default="stop",
+            help="a NaN/Inf loss term or gradient: stop training (exit code 3, naming group, term and iteration; "
+                 "the last checkpoint is kept) or skip that update (counted in train/skipped_updates)",
+        )
         parser.link_arguments("seed_everything", "model.init_args.seed", compute_fn=_seed_to_int)
 
     @override
@@ -101,7 +115,10 @@ class LitMarlCLI(LightningCLI):
         ckpt_path = config.get("ckpt_path")
         if not ckpt_path or str(ckpt_path) in LIGHTNING_CKPT_ALIASES:
             return
-        meta = read_checkpoint(ckpt_path)["lit_marl"]
+        checkpoint = read_checkpoint(ckpt_path)
+        meta = checkpoint["lit_marl"]
+        # kept for before_<command>, which checks the networks once the model is built
+        self._checkpoint_to_fit = (str(ckpt_path), meta.get("group_map"), checkpoint.get("state_dict"))
         model = config["model"]
         module_name, _, cls_name = str(model["class_path"]).rpartition(".")
         algorithm = getattr(importlib.import_module(module_name), cls_name)
@@ -109,8 +126,8 @@ class LitMarlCLI(LightningCLI):
         check_compatible(meta, algorithm.algorithm_name, task.to_config(), f"ckpt_path {str(ckpt_path)!r}")
 
     def _refuse_used_run_folder(self) -> None:
-        """Refuse a run folder that already holds files, before the Trainer starts: once started, even a
-        failed run makes Lightning's CSV logger delete the folder's metrics.csv."""
+        """Refuse a run folder that already holds files, or cannot be written, before the Trainer starts: once
+        started, even a failed run makes Lightning's CSV logger delete the folder's metrics.csv."""
         log_dir = self.trainer.log_dir
         if log_dir is not None and Path(log_dir).is_dir() and any(Path(log_dir).iterdir()):
             raise ConfigError(
@@ -118,8 +135,42 @@ class LitMarlCLI(LightningCLI):
                 f"leave trainer.logger.init_args.version unset (a new version_<n> folder) or choose another "
                 f"trainer.logger.init_args.name"
             )
+        self._check_checkpoint_fits()
+        check_writable(Path(log_dir if log_dir is not None else self.trainer.default_root_dir))
+        self.model.nan_policy = self.config[self.subcommand].get("nan_policy", "stop")
 
     before_fit = before_validate = before_test = _refuse_used_run_folder
+
+    def _check_checkpoint_fits(self) -> None:
+        """The ``--ckpt_path`` checkpoint's agent groups and network shapes against the built model, before
+        anything is written (Lightning would otherwise fail inside ``load_state_dict``)."""
+        ckpt_path, group_map, state_dict = getattr(self, "_checkpoint_to_fit", (None, None, None))
+        self._checkpoint_to_fit = None
+        if ckpt_path is None:
+            return
+        source = f"ckpt_path {ckpt_path!r}"
+        if group_map is not None:
+            check_group_map(group_map, self.model.task.group_map, source)
+        if state_dict is not None:
+            check_state_dict(state_dict, self.model.state_dict(), source)
+
+
+def check_writable(folder: Path) -> None:
+    """Create ``folder`` and write, sync and remove a small file in it; ConfigError naming the folder if that fails
+    (read-only or full file system, no permission)."""
+    probe = folder / f".lit-marl-write-check-{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"lit-marl")
+            f.flush()
+            os.fsync(f.fileno())
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(
+            f"trainer.logger: the run folder {str(folder)!r} cannot be written ({err.strerror or err}); nothing was "
+            f"trained. Allowed: a writable folder with free space (trainer.logger.init_args.save_dir)"
+        ) from None
 
 
 #: ``lit-marl <command>`` beside fit/validate/test: the module whose ``main(argv)`` runs it
@@ -141,13 +192,36 @@ def main(args: list[str] | None = None) -> None:
             if code:
                 raise SystemExit(code)
             return
-        LitMarlCLI(args=args)
+        cli = LitMarlCLI(args=args)
     except ValueError as err:
         config_error = _find_config_error(err)
         if config_error is None:
             raise
         print(f"lit-marl: error: {config_error}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(EXIT_CONFIG) from None
+    except NumericalError as err:
+        print(f"lit-marl: error: {err}", file=sys.stderr)
+        raise SystemExit(EXIT_NUMERICAL) from None
+    except OSError as err:
+        if err.errno not in WRITE_ERRNOS:
+            raise
+        print(f"lit-marl: error: could not write {err.filename or 'a file'!s}: {err.strerror or err}; "
+              f"files written before are intact (checkpoints are replaced atomically). Free space or make the "
+              f"run folder writable, then resume with --ckpt_path <run>/checkpoints/last.ckpt", file=sys.stderr)
+        raise SystemExit(EXIT_WRITE) from None
+    model = getattr(cli, "model", None)
+    if isinstance(model, MarlAlgorithm) and model.stopped_by_signal is not None:
+        name = signal.Signals(model.stopped_by_signal).name
+        print(f"lit-marl: stopped by {name} after iteration {model.iteration} (frames {model.frames}); checkpoint "
+              f"{model.signal_checkpoint}; resume with --ckpt_path {model.signal_checkpoint}", file=sys.stderr)
+        raise SystemExit(128 + model.stopped_by_signal)
+
+
+#: exit codes of ``lit-marl`` (README, "Reliability"): 0 done, 1 unexpected error (a bug: traceback),
+#: 2 bad config or checkpoint (nothing written), 3 NaN/Inf stopped training, 4 a write failed (disk full,
+#: read-only), 128 + signal number when SIGTERM (143) or SIGUSR1 (138) stopped training after a checkpoint
+EXIT_CONFIG, EXIT_NUMERICAL, EXIT_WRITE = 2, 3, 4
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
 
 
 def _find_config_error(err: BaseException | None) -> ConfigError | None:

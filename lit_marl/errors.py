@@ -50,3 +50,8 @@ def one_of(field: str, value: Any, allowed: tuple) -> Any:
     if value not in allowed:
         raise ConfigError(f"{field}: {value!r} is not one of {', '.join(map(repr, allowed))}")
     return value
+
+
+class NumericalError(RuntimeError):
+    """Training stopped at a NaN/Inf loss term, gradient or weight; the message names where (group, term,
+    iteration). The CLI prints it without a traceback and exits with code 3."""

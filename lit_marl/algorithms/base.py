@@ -16,7 +16,10 @@ Per-group hooks a subclass overrides (BenchMARL's decomposition):
 from __future__ import annotations
 
 import inspect
+import signal
+import threading
 import time
+from pathlib import Path
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from typing import Any, ClassVar
@@ -36,12 +39,12 @@ from typing_extensions import override
 
 from lit_marl import __version__
 from lit_marl.callbacks import call_marl_hook
-from lit_marl.checkpoint import FORMAT_VERSION, AtomicCheckpointIO, check_compatible, read_checkpoint
+from lit_marl.checkpoint import FORMAT_VERSION, AtomicCheckpointIO, check_compatible, check_state_dict, read_checkpoint
 from lit_marl.data import EvaluationBatches, OnPolicyData, Sampler
 from lit_marl.envs.base import Task
 from lit_marl.models import ModelConfig, Mlp
 from lit_marl.models.recurrent import recurrent_state_specs
-from lit_marl.errors import ConfigError, positive_float, positive_int, unit_interval
+from lit_marl.errors import ConfigError, NumericalError, one_of, positive_float, positive_int, unit_interval
 from lit_marl.utils import instantiate, rng_state, set_rng_state
 
 
@@ -94,6 +97,13 @@ class MarlAlgorithm(pl.LightningModule, ABC):
     supports_recurrent: ClassVar[bool] = False
     supports_continuous_actions: ClassVar[bool] = True
     supports_discrete_actions: ClassVar[bool] = True
+    #: what a NaN/Inf loss term or gradient does: ``"stop"`` training with a :class:`NumericalError` naming the
+    #: group, term and iteration (nothing poisoned is stepped or saved), or ``"skip"`` that update (counted in
+    #: ``train/skipped_updates``). Set per run with ``lit-marl fit --nan_policy skip`` or on the instance.
+    nan_policy: str = "stop"
+    NAN_POLICIES: ClassVar[tuple[str, ...]] = ("stop", "skip")
+    #: signals that make ``fit`` save a checkpoint at the end of the current iteration and stop (pre-emption)
+    STOP_SIGNALS: ClassVar[tuple[int, ...]] = (signal.SIGTERM, signal.SIGUSR1)
 
     def __init__(
         self,
@@ -182,6 +192,11 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         self._epoch_metrics: dict[str, list[torch.Tensor]] = defaultdict(list)
         self._eval_rollouts: list[TensorDictBase] = []
         self._timer: dict[str, float] = {}
+        self._skipped_updates = 0
+        #: the signal that stopped the last ``fit`` (after saving ``signal_checkpoint``), or None
+        self.stopped_by_signal: int | None = None
+        self.signal_checkpoint: str | None = None
+        self._received_signal: int | None = None
 
     @staticmethod
     def base_init_args(values: dict[str, Any]) -> dict[str, Any]:
@@ -371,19 +386,39 @@ class MarlAlgorithm(pl.LightningModule, ABC):
 
     # ------------------------------------------------------------------ training
     @override
-    def training_step(self, batch: TensorDictBase, batch_idx: int) -> torch.Tensor:
-        total = None
+    def training_step(self, batch: TensorDictBase, batch_idx: int) -> torch.Tensor | None:
+        total, scalars, objective = None, {}, []
         for group in self.groups:
             terms = self.loss(group, self.group_batch(batch, group))
             for name, value in terms.items():
                 if not isinstance(value, torch.Tensor) or value.numel() != 1:
                     continue
-                self._record(f"train/{group}/{name}", value)
+                scalars[f"train/{group}/{name}"] = value
                 if name == "loss" or name.startswith("loss_"):
+                    objective.append((group, name, value))
                     total = value if total is None else total + value
         if total is None:
             raise RuntimeError(f"{type(self).__name__}.loss returned no 'loss' or 'loss_*' term for any group")
+        if not torch.isfinite(total.detach()):  # one check (one device sync) per optimizer step
+            group, name, value = next(t for t in objective if not torch.isfinite(t[2].detach()))
+            if self._numerical_fault(f"loss term {group}/{name} is {value.item()}", batch_idx):
+                return None  # Lightning skips backward and the optimizer step
+        for name, value in scalars.items():
+            self._record(name, value)
         return total
+
+    def _numerical_fault(self, what: str, batch_idx: int) -> bool:
+        """A NaN/Inf in this optimizer step: True to skip it (``nan_policy="skip"``), else raise NumericalError."""
+        policy = one_of("nan_policy", self.nan_policy, self.NAN_POLICIES)
+        where = f"at iteration {self.iteration + 1} (frames {self.frames}), minibatch {batch_idx}"
+        if policy == "skip":
+            self._skipped_updates += 1
+            return True
+        raise NumericalError(
+            f"{what} {where}: training stopped before the update, so no weights were changed and the last "
+            f"checkpoint is kept as it was; allowed: finite losses and gradients (lower lr, stronger "
+            f"gradient_clip_val), or nan_policy='skip' (--nan_policy skip) to skip such updates"
+        )
 
     @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -403,6 +438,14 @@ class MarlAlgorithm(pl.LightningModule, ABC):
             params = [p for p in param_group["params"] if p.grad is not None]
             if not params:
                 continue
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+            if not torch.isfinite(grad_norm):
+                if self._numerical_fault(f"gradient of {param_group['name']} is {grad_norm.item()} (norm)",
+                                         self.trainer.fit_loop.epoch_loop.batch_idx):
+                    for group in optimizer.param_groups:  # Adam leaves parameters without a gradient alone
+                        for p in group["params"]:
+                            p.grad = None
+                    return
             if gradient_clip_val is not None and gradient_clip_algorithm == "value":
                 norm = torch.nn.utils.get_total_norm([p.grad for p in params])
                 torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
@@ -422,6 +465,46 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         if self.frames >= self.max_frames:
             rank_zero_info(f"lit-marl: frame budget max_frames={self.max_frames} already reached ({self.frames})")
             self.trainer.should_stop = True
+        self._install_signal_handlers()
+
+    def _install_signal_handlers(self) -> None:
+        """SIGTERM / SIGUSR1 (what SLURM and most schedulers send before a kill) finish the current iteration,
+        save a checkpoint and stop. Replaces Lightning's own SIGTERM handler, which outside SLURM stops at the
+        next minibatch without saving; Lightning restores the previous handlers when ``fit`` ends."""
+        self.stopped_by_signal = self.signal_checkpoint = None
+        self._received_signal = None
+        if threading.current_thread() is not threading.main_thread():
+            return
+        connector = getattr(self.trainer, "_signal_connector", None)
+        if connector is not None and connector.received_sigterm:  # arrived before training started
+            connector.received_sigterm = False
+            self._received_signal = signal.SIGTERM
+
+        def handler(signum, frame):
+            if self._received_signal is None:
+                self._received_signal = signum
+                rank_zero_info(f"lit-marl: received {signal.Signals(signum).name}; saving a checkpoint at the end "
+                               f"of iteration {self.iteration + 1}, then stopping")
+
+        for signum in self.STOP_SIGNALS:
+            signal.signal(signum, handler)
+
+    def _stop_on_signal(self) -> None:
+        """At the end of an iteration: if a stop signal arrived (on any rank), save ``last.ckpt`` and stop."""
+        received = self.trainer.strategy.reduce_boolean_decision(self._received_signal is not None, all=False)
+        if not received:
+            return
+        callback = self.trainer.checkpoint_callback
+        if callback is not None and callback.dirpath:
+            path = Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}{callback.FILE_EXTENSION}"
+        else:
+            path = Path(self.trainer.log_dir or self.trainer.default_root_dir) / "checkpoints" / "last.ckpt"
+        self.trainer.save_checkpoint(path)
+        self.stopped_by_signal = self._received_signal or signal.SIGTERM
+        self.signal_checkpoint = str(path)
+        self.trainer.should_stop = True
+        rank_zero_info(f"lit-marl: stopped by {signal.Signals(self.stopped_by_signal).name} after iteration "
+                       f"{self.iteration} (frames {self.frames}); resume with --ckpt_path {path}")
 
     @override
     def on_train_epoch_end(self) -> None:
@@ -435,11 +518,27 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         self._epoch_metrics.clear()
         metrics["counters/frames"] = torch.tensor(float(self.frames))
         metrics["counters/iteration"] = torch.tensor(float(self.iteration))
+        if self.nan_policy == "skip":
+            metrics["train/skipped_updates"] = torch.tensor(float(self._skipped_updates))
+        self._skipped_updates = 0
+        self._check_finite_weights()
         shown = {"counters/frames", "collection/reward/episode_reward_mean"}
         for name, value in metrics.items():
             self.log(name, value, on_step=False, on_epoch=True, prog_bar=name in shown, sync_dist=False)
         if self.frames >= self.max_frames:
             self.trainer.should_stop = True
+        self._stop_on_signal()
+
+    def _check_finite_weights(self) -> None:
+        """Refuse to end an iteration (and so to checkpoint) with NaN/Inf weights, e.g. after an overflow in a
+        finite but huge update: the module's epoch-end hook runs before ModelCheckpoint's."""
+        for name, param in self.named_parameters():
+            if not torch.isfinite(param).all():
+                raise NumericalError(
+                    f"parameter {name} holds NaN/Inf after iteration {self.iteration} (frames {self.frames}): "
+                    f"training stopped before this iteration's checkpoint, so the last checkpoint is kept as it was; "
+                    f"allowed: finite updates (lower lr, stronger gradient_clip_val)"
+                )
 
     # ------------------------------------------------------------------ evaluation
     def env_transforms(self) -> list[Transform]:
@@ -548,7 +647,9 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         meta = checkpoint.get("lit_marl")
         if meta is None:
             raise ConfigError("checkpoint: not a lit-marl checkpoint (no 'lit_marl' entry)")
-        check_compatible(meta, self.algorithm_name, self.task.to_config(), "checkpoint")
+        check_compatible(meta, self.algorithm_name, self.task.to_config(), "checkpoint", self.task.group_map)
+        if "state_dict" in checkpoint:  # before Lightning's load_state_dict, which would fail inside PyTorch
+            check_state_dict(checkpoint["state_dict"], self.state_dict(), "checkpoint")
         self.frames = int(meta["frames"])
         self.iteration = int(meta["iteration"])
         # RNG state is applied right before the next collection (after the envs are built).

@@ -1,0 +1,43 @@
+"""Algorithms with injected numerical faults, importable by class path from a CLI config."""
+
+from __future__ import annotations
+
+import torch
+
+from lit_marl.algorithms import MAPPO
+
+
+class FaultyMAPPO(MAPPO):
+    """MAPPO whose loss goes wrong in chosen iterations (1-based).
+
+    Args:
+        fault_iterations: iterations whose optimizer steps see the fault.
+        fault: ``"nan_loss"`` (loss_critic is NaN), ``"inf_loss"`` (loss_objective is +Inf) or ``"nan_grad"`` (a
+            finite extra term, ``loss_sqrt = sqrt(0 · Σθ_actor)``, whose gradient is NaN).
+        fault_steps: how many optimizer steps of each such iteration (from its first); None: all of them.
+    """
+
+    def __init__(self, *args, fault_iterations: list[int] | None = None, fault: str = "nan_loss",
+                 fault_steps: int | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fault_iterations = list(fault_iterations or [])
+        self.fault = fault
+        self.fault_steps = fault_steps
+        self._faulty_steps = 0
+
+    def loss(self, group, batch):
+        terms = super().loss(group, batch)
+        if self.iteration + 1 not in self.fault_iterations:
+            self._faulty_steps = 0
+            return terms
+        if self.fault_steps is not None and self._faulty_steps >= self.fault_steps:
+            return terms
+        self._faulty_steps += 1
+        if self.fault == "nan_loss":
+            terms["loss_critic"] = terms["loss_critic"] * float("nan")
+        elif self.fault == "inf_loss":
+            terms["loss_objective"] = terms["loss_objective"] + float("inf")
+        else:
+            actor_weight = next(self.policies[group].parameters())
+            terms["loss_sqrt"] = torch.sqrt(0.0 * actor_weight.sum())
+        return terms
