@@ -97,7 +97,8 @@ def _sidecar(path: Path, token: str) -> Path:
 
 
 def _sidecars(path: Path) -> list[Path]:
-    return sorted(path.parent.glob(f"{path.name}.buffers-*"))
+    # per-process buffers of a DDP run (``.rank<r>``) are managed by OffPolicyAlgorithm, which writes them
+    return sorted(p for p in path.parent.glob(f"{path.name}.buffers-*") if ".rank" not in p.name)
 
 
 #: what ``torch.load`` raises on a truncated, corrupt or non-checkpoint file: random bytes reach the unpickler

@@ -37,6 +37,7 @@ from lit_marl.checkpoint import (
     check_state_dict,
     read_checkpoint,
 )
+from lit_marl.distributed import check_shares, check_strategy
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, NumericalError
 from lit_marl.evaluation import EvaluationReport
@@ -128,7 +129,12 @@ class LitMarlCLI(LightningCLI):
     def _refuse_used_run_folder(self) -> None:
         """Refuse a run folder that already holds files, or cannot be written, before the Trainer starts: once
         started, even a failed run makes Lightning's CSV logger delete the folder's metrics.csv."""
-        log_dir = self.trainer.log_dir
+        # DDP: the strategy and the split of the global sizes, before any process is spawned
+        check_strategy(self.trainer)
+        check_shares(self.model, self.trainer.world_size, self.subcommand or "fit")
+        # the run folder is process 0's: the other DDP processes (started later, by the launcher) would otherwise
+        # each pick, and make, a further version_<n> folder
+        log_dir = self.trainer.log_dir if self.trainer.global_rank == 0 else None
         if log_dir is not None and Path(log_dir).is_dir() and any(Path(log_dir).iterdir()):
             raise ConfigError(
                 f"trainer.logger: the run folder {log_dir!r} already holds a run; nothing was written. Allowed: "
@@ -136,7 +142,8 @@ class LitMarlCLI(LightningCLI):
                 f"trainer.logger.init_args.name"
             )
         self._check_checkpoint_fits()
-        check_writable(Path(log_dir if log_dir is not None else self.trainer.default_root_dir))
+        if self.trainer.global_rank == 0:
+            check_writable(Path(log_dir if log_dir is not None else self.trainer.default_root_dir))
         self.model.nan_policy = self.config[self.subcommand].get("nan_policy", "stop")
 
     before_fit = before_validate = before_test = _refuse_used_run_folder

@@ -41,6 +41,7 @@ from lit_marl import __version__
 from lit_marl.callbacks import call_marl_hook
 from lit_marl.checkpoint import FORMAT_VERSION, AtomicCheckpointIO, check_compatible, check_state_dict, read_checkpoint
 from lit_marl.data import EvaluationBatches, OnPolicyData, Sampler
+from lit_marl.distributed import check_shares, check_strategy, reduce_means, world_size_of
 from lit_marl.envs.base import Task
 from lit_marl.models import ModelConfig, Mlp
 from lit_marl.models.recurrent import recurrent_state_specs
@@ -294,6 +295,8 @@ class MarlAlgorithm(pl.LightningModule, ABC):
             return
         # Checkpoints written atomically unless the user chose their own CheckpointIO.
         strategy = self.trainer.strategy
+        check_strategy(self.trainer)
+        check_shares(self, self.world_size, stage)
         if type(strategy.checkpoint_io) is TorchCheckpointIO:
             strategy.checkpoint_io = AtomicCheckpointIO()
         ckpt_path = self.trainer.ckpt_path
@@ -321,13 +324,18 @@ class MarlAlgorithm(pl.LightningModule, ABC):
     def rank(self) -> int:
         return self.trainer.global_rank if self._trainer is not None else 0
 
+    @property
+    def world_size(self) -> int:
+        """Processes sharing the global sizes (``num_envs``, ``frames_per_batch``, minibatches, episodes)."""
+        return world_size_of(self._trainer)
+
     def _get_sampler(self) -> Sampler:
         if self._sampler is None:
             self._sampler = Sampler(
                 self.task,
                 self.policy_for_collection(),
-                num_envs=self.num_envs,
-                frames_per_batch=self.frames_per_batch,
+                num_envs=self.num_envs // self.world_size,  # this process's share
+                frames_per_batch=self.frames_per_batch // self.world_size,
                 seed=self.seed,
                 rank=self.rank,
                 device=self.device,
@@ -337,12 +345,13 @@ class MarlAlgorithm(pl.LightningModule, ABC):
 
     @override
     def val_dataloader(self) -> EvaluationBatches:
-        return EvaluationBatches(self.evaluation_episodes, self.evaluation_batch_size, self.evaluation_seed)
+        return EvaluationBatches(self.evaluation_episodes, self.evaluation_batch_size, self.evaluation_seed,
+                                 self.rank, self.world_size)
 
     @override
     def test_dataloader(self) -> EvaluationBatches:
         return EvaluationBatches(self.test_episodes, min(self.test_episodes, self.evaluation_batch_size),
-                                  self.evaluation_seed)
+                                 self.evaluation_seed, self.rank, self.world_size)
 
     # ------------------------------------------------------------------ collection
     def collect_batch(self) -> TensorDictBase:
@@ -352,7 +361,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         start = time.perf_counter()
         self._timer = {"iteration_start": start}
         batch = self._get_sampler().collect(self.iteration)
-        self.frames += batch.numel()
+        self.frames += batch.numel() * self.world_size  # every process collects the same share
         self._record("timers/collection_time", time.perf_counter() - start)
         self._record_collection_metrics(batch)
         call_marl_hook(self._trainer, self, "on_batch_collected", batch)
@@ -514,7 +523,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         if "iteration_start" in self._timer:
             self._record("timers/iteration_time", now - self._timer["iteration_start"])
         self.iteration += 1
-        metrics = {name: torch.stack(values).mean() for name, values in self._epoch_metrics.items()}
+        metrics = reduce_means(self._epoch_metrics)  # pooled over every DDP process
         self._epoch_metrics.clear()
         metrics["counters/frames"] = torch.tensor(float(self.frames))
         metrics["counters/iteration"] = torch.tensor(float(self.iteration))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import unravel_key, unravel_key_list
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
@@ -24,9 +25,10 @@ from torchrl.objectives import HardUpdate, SoftUpdate
 from typing_extensions import override
 
 from lit_marl.algorithms.base import MarlAlgorithm
+from lit_marl.checkpoint import _atomic_torch_save
 from lit_marl.data.off_policy import OffPolicyData
 from lit_marl.data.replay import TensorPrioritizedSampler
-from lit_marl.errors import ConfigError, positive_int, unit_interval
+from lit_marl.errors import CheckpointError, ConfigError, positive_int, unit_interval
 from lit_marl.models.recurrent import recurrent_state_specs, sequence_mode
 
 BUFFER_DEVICES = ("cpu", "train", "disk")
@@ -311,18 +313,79 @@ class OffPolicyAlgorithm(MarlAlgorithm):
 
     # ------------------------------------------------------------------ checkpoints
     @override
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        if self._trainer is not None and self.world_size > 1:
+            self._save_buffers_per_process(self.trainer.strategy)
+
+    def _save_buffers_per_process(self, strategy: Any) -> None:
+        """Under DDP every process has its own replay buffers. Lightning writes a checkpoint from process 0 only, so
+        each process writes its buffers beside it (``<checkpoint>.buffers-<token>.rank<r>``, atomically, before
+        process 0 writes the checkpoint that names the token); process 0 removes older ones, and those of a
+        checkpoint it removes."""
+        if getattr(strategy, "_lit_marl_rank_buffers", False):
+            return
+        save, remove = strategy.save_checkpoint, strategy.remove_checkpoint
+
+        def save_checkpoint(checkpoint: dict[str, Any], filepath, storage_options=None) -> None:
+            meta = checkpoint.get("lit_marl", {})
+            buffers, token = meta.pop("rank_buffers_state", None), meta.get("rank_buffers", {}).get("token")
+            if buffers is not None:
+                Path(filepath).parent.mkdir(parents=True, exist_ok=True)
+                _atomic_torch_save(buffers, _rank_sidecar(Path(filepath), token, strategy.global_rank))
+            strategy.barrier("lit-marl replay buffers")  # every process's buffers are on disk
+            save(checkpoint, filepath, storage_options)
+            if strategy.is_global_zero and token is not None:
+                for old in Path(filepath).parent.glob(f"{Path(filepath).name}.buffers-*.rank*"):
+                    if f".buffers-{token}.rank" not in old.name:
+                        old.unlink(missing_ok=True)
+
+        def remove_checkpoint(filepath) -> None:
+            remove(filepath)
+            if strategy.is_global_zero:
+                for old in Path(filepath).parent.glob(f"{Path(filepath).name}.buffers-*.rank*"):
+                    old.unlink(missing_ok=True)
+
+        strategy.save_checkpoint, strategy.remove_checkpoint = save_checkpoint, remove_checkpoint
+        strategy._lit_marl_rank_buffers = True
+
+    @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_save_checkpoint(checkpoint)
         meta = checkpoint["lit_marl"]
         if self._replay_buffer_map is not None:
-            meta["replay_buffers"] = {g: _buffer_state(b) for g, b in self._replay_buffer_map.items()}
+            state = {g: _buffer_state(b) for g, b in self._replay_buffer_map.items()}
+            if self.world_size > 1:  # written per process by the strategy (see _save_buffers_per_process)
+                meta["rank_buffers_state"] = state
+                meta["rank_buffers"] = {"world_size": self.world_size,
+                                        "token": f"f{self.frames}s{self.global_step}"}
+            else:
+                meta["replay_buffers"] = state
         meta["target_updaters"] = {g: _updater_state(u) for g, u in self._target_updaters.items()}
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_load_checkpoint(checkpoint)
-        for group, state in checkpoint["lit_marl"].get("target_updaters", {}).items():
+        meta = checkpoint["lit_marl"]
+        for group, state in meta.get("target_updaters", {}).items():
             _set_updater_state(self._target_updaters[group], state)
+        saved = meta.get("rank_buffers")
+        if saved is None or self._restored is None:
+            return
+        if saved["world_size"] != self.world_size:
+            rank_zero_warn(f"lit-marl: the checkpoint's replay buffers belong to {saved['world_size']} processes and "
+                           f"this run has {self.world_size}; training continues with empty buffers")
+            return
+        ckpt_path = Path(str(self.trainer.ckpt_path))
+        sidecar = _rank_sidecar(ckpt_path, saved["token"], self.rank)
+        if not sidecar.is_file():
+            raise CheckpointError(f"ckpt_path: the replay buffers of process {self.rank} ({sidecar.name}) are missing "
+                                  f"beside {str(ckpt_path)!r}; allowed: the checkpoint with its .rank<r> files")
+        self._restored["replay_buffers"] = torch.load(sidecar, map_location="cpu", weights_only=True)
+
+
+def _rank_sidecar(path: Path, token: str, rank: int) -> Path:
+    return path.with_name(f"{path.name}.buffers-{token}.rank{rank}")
 
 
 def _buffer_state(buffer: TensorDictReplayBuffer) -> dict[str, Any]:

@@ -35,15 +35,15 @@ class OffPolicyData:
         for group, buffer in buffers.items():
             buffer.extend(batch.select(*algo.group_keys(group), strict=False).reshape(-1))
         algo.mark_training_start()
+        size = algo.train_batch_size // algo.world_size  # DDP: each process's share of the global minibatch
         if algo.chunk_length is None:
             for _ in range(algo.n_optimizer_steps):
-                samples = {group: buffer.sample(algo.train_batch_size).to(algo.device)
-                           for group, buffer in buffers.items()}
-                yield TensorDict(samples, batch_size=[algo.train_batch_size], device=algo.device)
+                samples = {group: buffer.sample(size).to(algo.device) for group, buffer in buffers.items()}
+                yield TensorDict(samples, batch_size=[size], device=algo.device)
             return
         # recurrent policy: [slices, burn_in + chunk_length] of consecutive steps
         span = algo.burn_in + algo.chunk_length
-        slices = max(1, algo.train_batch_size // algo.chunk_length)
+        slices = max(1, size // algo.chunk_length)
         for _ in range(algo.n_optimizer_steps):
             samples = {group: buffer.sample(slices * span).reshape(slices, span).to(algo.device)
                        for group, buffer in buffers.items()}

@@ -36,10 +36,10 @@ class OnPolicyData:
         if algo.chunk_length is not None:
             # [num_envs, steps] -> [chunks, chunk_length]: minibatches of whole trajectory chunks, in time order
             batch = batch.reshape(-1, algo.chunk_length).to(algo.device)
-            size = algo.minibatch_size // algo.chunk_length
+            size = algo.minibatch_size // algo.world_size // algo.chunk_length
         else:
             batch = batch.reshape(-1).to(algo.device)
-            size = algo.minibatch_size
+            size = algo.minibatch_size // algo.world_size  # DDP: each process's share of the global minibatch
         algo.mark_training_start()
         n = batch.shape[0]
         for _ in range(algo.n_minibatch_iters):

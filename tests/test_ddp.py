@@ -1,0 +1,104 @@
+"""Data-parallel training through Lightning's DDP (CPU, gloo, 2 processes): global sizes split over the processes,
+identical weights, per-process env seeds and replay buffers, evaluation episodes covered once, resume."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lit_marl.algorithms import MAPPO
+from lit_marl.distributed import shares
+from tests.conftest import ROOT, tiny_kwargs, tiny_task
+
+def _config(path: Path, algorithm: str, probe: Path, max_frames: int) -> Path:
+    init_args = {
+        "task": {"class_path": "lit_marl.envs.VmasTask",
+                 "init_args": {"scenario": "balance", "max_steps": 10, "scenario_kwargs": {"n_agents": 2}}},
+        "actor_model": {"class_path": "lit_marl.models.Mlp", "init_args": {"num_cells": [16]}},
+        "critic_model": {"class_path": "lit_marl.models.Mlp", "init_args": {"num_cells": [16]}},
+        "frames_per_batch": 80, "num_envs": 8, "max_frames": max_frames, "evaluation_episodes": 6,
+    }
+    if algorithm == "MAPPO":
+        init_args.update(n_minibatch_iters=2, minibatch_size=20)
+    else:
+        init_args.update(n_optimizer_steps=4, train_batch_size=16, memory_size=1000)
+    config = {
+        "seed_everything": 0,
+        "trainer": {"max_epochs": -1, "gradient_clip_val": 5.0, "check_val_every_n_epoch": 1,
+                    "num_sanity_val_steps": 0, "enable_progress_bar": False, "enable_model_summary": False,
+                    "strategy": "ddp", "devices": 2, "accelerator": "cpu",
+                    "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger",
+                               "init_args": {"save_dir": "runs", "name": "ddp"}},
+                    "callbacks": [{"class_path": "tests.ddp_probe.RankProbe", "init_args": {"folder": str(probe)}}]},
+        "checkpoint": {"every_n_epochs": 1},
+        "model": {"class_path": f"lit_marl.algorithms.{algorithm}", "init_args": init_args},
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _lit_marl(*args: str) -> None:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([shutil.which("lit-marl") or sys.exit("lit-marl not installed"), *args], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _ranks(probe: Path) -> list[dict]:
+    return [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+@pytest.mark.slow
+def test_two_process_mappo_shares_the_budget_and_keeps_one_set_of_weights(tmp_path):
+    probe = tmp_path / "probe"
+    _lit_marl("fit", "--config", str(_config(tmp_path / "mappo.yaml", "MAPPO", probe, max_frames=160)))
+    first, second = _ranks(probe)
+    assert first["weights"] == second["weights"]  # DDP kept the processes' weights identical
+    assert first["first_observation"] != second["first_observation"]  # each process seeds its own envs
+    assert first["collected"] == second["collected"] == 80  # half of frames_per_batch, 2 iterations
+    assert first["frames"] == second["frames"] == first["collected"] + second["collected"] == 160
+    assert first["global_step"] == 2 * 2 * 4  # as one process: 2 iterations × 2 epochs × 80/20 minibatches
+    assert first["evaluated"] + second["evaluated"] == 6  # the requested episodes, once
+    assert not set(first["seeds"]) & set(second["seeds"])
+    (run,) = Path("runs/ddp").iterdir()  # one run folder, written by process 0
+    frames = [float(r["counters/frames"]) for r in csv.DictReader(open(run / "metrics.csv")) if r["counters/frames"]]
+    assert max(frames) == 160
+
+
+@pytest.mark.slow
+def test_two_process_maddpg_resumes_each_process_replay_buffer(tmp_path):
+    probe = tmp_path / "probe"
+    _lit_marl("fit", "--config", str(_config(tmp_path / "maddpg.yaml", "MADDPG", probe, max_frames=160)))
+    before = _ranks(probe)
+    assert before[0]["weights"] == before[1]["weights"] and before[0]["buffers"] == {"agents": 80}
+    (run,) = Path("runs/ddp").iterdir()
+    checkpoints = run / "checkpoints"
+    assert sorted(p.name for p in checkpoints.glob("last.ckpt*")) == [
+        "last.ckpt", "last.ckpt.buffers-f160s8.rank0", "last.ckpt.buffers-f160s8.rank1"]
+    _lit_marl("fit", "--config", str(tmp_path / "maddpg.yaml"), "--model.init_args.max_frames", "320",
+              "--ckpt_path", str(checkpoints / "last.ckpt"))
+    after = _ranks(probe)
+    assert after[0]["frames"] == after[1]["frames"] == 320
+    assert after[0]["global_step"] == 4 * 4  # counters continued: 4 iterations × 4 optimizer steps
+    # each process got its own 80 transitions back and added 80 more (fresh buffers would hold 80)
+    assert after[0]["buffers"] == after[1]["buffers"] == {"agents": 160}
+    assert after[0]["weights"] == after[1]["weights"]
+
+
+def test_sizes_that_do_not_split_over_the_processes_are_named():
+    model = MAPPO(tiny_task(), **tiny_kwargs(num_envs=4, frames_per_batch=40, minibatch_size=20,
+                                             evaluation_episodes=4))
+    assert shares(model, 2) == []
+    problems = shares(model, 3)
+    assert any(p.startswith("num_envs: 4 is not a multiple of the 3 processes") for p in problems)
+    assert any(p.startswith("evaluation_episodes: 4") for p in problems)
+    assert shares(model, 3, "test") == ["test_episodes: 100 is not a multiple of the 3 processes; allowed: a "
+                                        "multiple such as 99"]
