@@ -1,0 +1,105 @@
+"""SIGTERM / SIGUSR1 (what SLURM sends before pre-empting a job) finish the current iteration, save
+``last.ckpt`` and stop; resuming from it continues as if nothing happened."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+import yaml
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+
+from lit_marl.algorithms import MAPPO
+from tests.conftest import ROOT, tiny_kwargs, tiny_task, tiny_trainer
+from tests.reliability.helpers import QUIET, rows, run_dirs, tiny_config
+
+
+class SignalAt(Callback):
+    """Sends ``signum`` to this process during the second minibatch of iteration ``iteration`` (1-based)."""
+
+    def __init__(self, signum: int, iteration: int):
+        self.signum, self.iteration = signum, iteration
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if pl_module.iteration + 1 == self.iteration and batch_idx == 1:
+            os.kill(os.getpid(), self.signum)
+
+
+def _fit(root: Path, max_epochs: int, callbacks=(), ckpt_path=None):
+    pl.seed_everything(0)
+    model = MAPPO(tiny_task(), **tiny_kwargs())
+    checkpoint = ModelCheckpoint(dirpath=root / "checkpoints", save_last=True, every_n_epochs=100,
+                                 save_on_train_epoch_end=True)
+    trainer = tiny_trainer(root, max_epochs=max_epochs, callbacks=[checkpoint, *callbacks], check_val_every_n_epoch=2)
+    trainer.fit(model, ckpt_path=ckpt_path)
+    return model, trainer
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+def test_signal_saves_at_the_end_of_the_iteration_and_resume_continues_exactly(tmp_path, signum):
+    previous = signal.getsignal(signum)
+    stopped, _ = _fit(tmp_path / "stopped", max_epochs=4, callbacks=[SignalAt(signum, iteration=2)])
+    assert stopped.stopped_by_signal == signum and stopped.iteration == 2  # the iteration was finished
+    assert signal.getsignal(signum) == previous  # Lightning put the handlers back
+    last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
+    assert stopped.signal_checkpoint == str(last)
+    meta = torch.load(last, weights_only=True)["lit_marl"]
+    assert (meta["iteration"], meta["frames"]) == (2, 80)
+
+    resumed, resumed_trainer = _fit(tmp_path / "resumed", max_epochs=4, ckpt_path=last)
+    straight, straight_trainer = _fit(tmp_path / "straight", max_epochs=4)
+    assert resumed.stopped_by_signal is None
+    assert (resumed.iteration, resumed.frames) == (straight.iteration, straight.frames) == (4, 160)
+    assert resumed_trainer.global_step == straight_trainer.global_step == 16
+    for key, value in straight.state_dict().items():
+        assert torch.equal(value, resumed.state_dict()[key]), key
+
+
+def _spawn(args: list[str], cwd: Path, log: Path) -> subprocess.Popen:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-m", "lit_marl.cli", *args], cwd=cwd, env=env,
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+
+
+def _wait_for_rows(run_root: Path, n: int, process: subprocess.Popen, timeout: float = 120) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        for run in run_dirs(run_root):
+            if (run / "metrics.csv").is_file() and len([r for r in rows(run) if r.get("counters/frames")]) >= n:
+                return run
+        time.sleep(0.05)
+    raise AssertionError(f"no {n} metric rows before the process ended ({process.poll()})")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+def test_cli_saves_exits_128_plus_signal_and_resumes(tmp_path, signum):
+    config = yaml.safe_load(tiny_config(tmp_path / "tiny.yaml").read_text())
+    config["model"]["init_args"]["max_frames"] = 40_000  # far more than the test lets it run
+    config["checkpoint"]["every_n_epochs"] = 1000  # no periodic checkpoint: only the signal's
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(config))
+    process = _spawn(["fit", "--config", str(tmp_path / "tiny.yaml"), *QUIET], tmp_path, tmp_path / "fit.log")
+    run = _wait_for_rows(tmp_path / "runs", 2, process)
+    process.send_signal(signum)
+    code = process.wait(timeout=120)
+    log = (tmp_path / "fit.log").read_text()
+    assert code == 128 + signum, log[-3000:]
+    assert f"stopped by {signal.Signals(signum).name}" in log and "Traceback" not in log
+    last = run / "checkpoints" / "last.ckpt"
+    meta = torch.load(last, weights_only=True)["lit_marl"]
+    frames = {float(r["counters/frames"]) for r in rows(run) if r.get("counters/frames")}
+    assert meta["frames"] == max(frames)  # the checkpoint holds the last logged iteration
+
+    resume = _spawn(["fit", "--config", str(run / "config.yaml"), "--ckpt_path", str(last), *QUIET,
+                     "--model.init_args.max_frames", str(meta["frames"] + 80)], tmp_path, tmp_path / "resume.log")
+    assert resume.wait(timeout=120) == 0, (tmp_path / "resume.log").read_text()[-3000:]
+    (resumed,) = [d for d in run_dirs(tmp_path / "runs") if d != run]
+    resumed_frames = sorted({float(r["counters/frames"]) for r in rows(resumed) if r.get("counters/frames")})
+    assert resumed_frames == [meta["frames"] + 40, meta["frames"] + 80]
