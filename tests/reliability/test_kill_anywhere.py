@@ -166,3 +166,26 @@ def test_kill_anywhere_and_resume_loses_nothing(tmp_path):
     records.append({"kills": len([r for r in records if "kill" in r]), "runs": len(runs)})
     (tmp_path / "kills.json").write_text(json.dumps(records, indent=1))
     print(json.dumps(records))
+
+
+@pytest.mark.slow
+def test_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint_whole(tmp_path):
+    config = _config(tmp_path)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    # writes: iteration 1 → frames_…40.ckpt (1), last.ckpt (2); iteration 2 → frames_…80.ckpt (3), last.ckpt (4)
+    process = subprocess.run([sys.executable, "-m", "tests.reliability.die_while_saving", "4", "fit", "--config",
+                              str(config), *QUIET], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert process.returncode == -signal.SIGKILL, process.stderr[-3000:]
+    (run,) = _version_dirs(tmp_path)
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert names[:2] == [".last.ckpt.tmp-" + names[0].rsplit("-", 1)[1], "frames_000000040.ckpt"]
+    assert names[2:] == ["frames_000000080.ckpt", "last.ckpt"]
+    # the half-written file is the hidden temp file; last.ckpt is iteration 1's, whole
+    assert read_checkpoint(run / "checkpoints" / "last.ckpt")["lit_marl"]["frames"] == 40
+    assert _train_frames(run) == [40.0]
+    resumed = subprocess.run([sys.executable, "-m", "lit_marl.cli", "fit", "--config", str(config), *QUIET,
+                              "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
+                              "--model.init_args.max_frames", "120"], cwd=tmp_path, env=env, capture_output=True,
+                             text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _train_frames(_version_dirs(tmp_path)[-1]) == [80.0, 120.0]

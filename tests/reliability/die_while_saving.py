@@ -1,0 +1,34 @@
+"""``python -m tests.reliability.die_while_saving N <lit-marl args>``: ``lit-marl`` whose N-th checkpoint write
+(1-based, counting sidecars) stops half-way through the file with a SIGKILL of its own process."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import sys
+
+import torch
+
+from lit_marl.cli import main
+
+_real_save = torch.save
+_count = 0
+
+
+def _dying_save(obj, f, *args, **kwargs):
+    global _count
+    _count += 1
+    if _count < int(sys.argv[1]) or isinstance(f, (str, os.PathLike)):
+        return _real_save(obj, f, *args, **kwargs)
+    buffer = io.BytesIO()
+    _real_save(obj, buffer, *args, **kwargs)
+    data = buffer.getvalue()
+    f.write(data[: len(data) // 2])
+    f.flush()
+    os.fsync(f.fileno())
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+torch.save = _dying_save
+main(sys.argv[2:])
