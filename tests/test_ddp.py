@@ -45,11 +45,12 @@ def _config(path: Path, algorithm: str, probe: Path, max_frames: int) -> Path:
     return path
 
 
-def _lit_marl(*args: str) -> None:
+def _lit_marl(*args: str) -> str:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
     done = subprocess.run([shutil.which("lit-marl") or sys.exit("lit-marl not installed"), *args], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    return done.stderr
 
 
 def _ranks(probe: Path) -> list[dict]:
@@ -91,6 +92,14 @@ def test_two_process_maddpg_resumes_each_process_replay_buffer(tmp_path):
     # each process got its own 80 transitions back and added 80 more (fresh buffers would hold 80)
     assert after[0]["buffers"] == after[1]["buffers"] == {"agents": 160}
     assert after[0]["weights"] == after[1]["weights"]
+
+    # another world size: a warning and fresh buffers, never another process's transitions
+    (probe / "rank0.json").unlink()
+    warned = _lit_marl("fit", "--config", str(tmp_path / "maddpg.yaml"), "--trainer.devices", "1",
+                       "--model.init_args.max_frames", "240", "--ckpt_path", str(checkpoints / "last.ckpt"))
+    assert "belong to 2 processes and this run has 1; training continues with empty buffers" in warned
+    alone = json.loads((probe / "rank0.json").read_text())
+    assert alone["frames"] == 240 and alone["buffers"] == {"agents": 80}
 
 
 def test_sizes_that_do_not_split_over_the_processes_are_named():
