@@ -210,6 +210,7 @@ def test_algorithm_needing_discrete_actions_refuses_a_continuous_task():
         ({"scale_mapping": "cube"}, "scale_mapping"),
         ({"test_videos": 101}, "test_videos"),
         ({"sequence_length": 0}, "sequence_length"),
+        ({"sampling_device": "gpu"}, "sampling_device"),
     ],
 )
 def test_bad_argument_names_field_and_value(overrides, field, monkeypatch):
@@ -220,3 +221,11 @@ def test_bad_argument_names_field_and_value(overrides, field, monkeypatch):
     with pytest.raises(ConfigError, match=field) as err:
         MAPPO(tiny_task(), **tiny_kwargs(**overrides))
     assert str(next(iter(overrides.values()))) in str(err.value)
+
+
+def test_sampling_device_steps_the_envs_where_asked():
+    model = MAPPO(tiny_task(), **tiny_kwargs(sampling_device="cpu"))
+    assert model.env_device == torch.device("cpu") and model.make_env(2).device == torch.device("cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match=r"sampling_device: 'cuda:0' but this machine has 0 CUDA device\(s\)"):
+            MAPPO(tiny_task(), **tiny_kwargs(sampling_device="cuda:0"))

@@ -45,8 +45,45 @@ from lit_marl.distributed import check_shares, check_strategy, reduce_means, wor
 from lit_marl.envs.base import Task
 from lit_marl.models import ModelConfig, Mlp
 from lit_marl.models.recurrent import recurrent_state_specs
-from lit_marl.errors import ConfigError, NumericalError, one_of, positive_float, positive_int, unit_interval
+from lit_marl.errors import (
+    ConfigError,
+    NumericalError,
+    check_types,
+    one_of,
+    positive_float,
+    positive_int,
+    unit_interval,
+)
 from lit_marl.utils import instantiate, rng_state, set_rng_state
+
+
+def _checked_device(field: str, value: str | None) -> str | None:
+    """A device name, refused by name where it does not exist on this machine."""
+    if value is None:
+        return None
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"{field}: {value!r} is not a device; allowed: cpu, cuda, cuda:<index>, mps") from None
+    if device.type == "cuda" and (not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()):
+        raise ConfigError(f"{field}: {value!r} but this machine has {torch.cuda.device_count()} CUDA device(s); "
+                          f"allowed: cpu{', cuda' if torch.cuda.is_available() else ''}")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"{field}: 'mps' is not available on this machine; allowed: cpu")
+    return str(device)
+
+
+class _OnDevice(TensorDictModuleBase):
+    """Runs ``policy`` on ``policy_device`` for data that lives on ``env_device``."""
+
+    def __init__(self, policy: TensorDictModuleBase, policy_device: torch.device, env_device: torch.device) -> None:
+        super().__init__()
+        self.policy, self.policy_device, self.env_device = policy, policy_device, env_device
+        self.in_keys, self.out_keys = policy.in_keys, policy.out_keys
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        out = self.policy(tensordict.to(self.policy_device))
+        return tensordict.update(out.select(*self.out_keys, strict=False).to(self.env_device))
 
 
 def _algorithm_classes() -> list[type[MarlAlgorithm]]:
@@ -87,6 +124,9 @@ class MarlAlgorithm(pl.LightningModule, ABC):
             episodes are evaluated every time.
         test_episodes: episodes rolled out by ``lit-marl test``.
         test_videos: of those, how many ``lit-marl test`` renders to mp4 (the first ones; needs a task that renders).
+        sampling_device: where the environments step, when not where the networks train (e.g. ``cuda`` for VMAS
+            on the GPU, or ``cpu`` for a CPU simulator beside a GPU learner); default: the module's device. The
+            training device is the Trainer's (``trainer.accelerator``/``devices``); replay buffers: ``buffer_device``.
         seed: base seed of the training envs (linked to ``seed_everything`` on the command line).
     """
 
@@ -124,6 +164,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         evaluation_seed: int | None = None,
         test_episodes: int = 100,
         test_videos: int = 0,
+        sampling_device: str | None = None,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -131,6 +172,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
             concrete = ", ".join(c.__name__ for c in type(self).__subclasses__()) or "one of its subclasses"
             raise TypeError(f"{type(self).__name__} is a base class without an algorithm_name; use {concrete}")
         # Validate everything cheap before any environment (even the probe) is built.
+        check_types(MarlAlgorithm.__init__, {k: v for k, v in locals().items() if k != "self"})
         self.task = instantiate(task, Task, "task")
         self.actor_model = instantiate(actor_model if actor_model is not None else Mlp(), ModelConfig, "actor_model")
         self.critic_model = instantiate(critic_model if critic_model is not None else Mlp(), ModelConfig, "critic_model")
@@ -164,6 +206,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
             raise ConfigError(f"test_videos: must be an integer in 0..test_episodes={test_episodes}, got {test_videos!r}")
         self.test_videos = test_videos
         self.share_policy_params = bool(share_policy_params)
+        self.sampling_device = _checked_device("sampling_device", sampling_device)
         self.seed = int(seed)
         self._check_action_space()
         self._validate_args()
@@ -203,6 +246,8 @@ class MarlAlgorithm(pl.LightningModule, ABC):
     def base_init_args(values: dict[str, Any]) -> dict[str, Any]:
         """The arguments of :class:`MarlAlgorithm` found in ``values`` (a subclass's ``locals()``), so a
         subclass with an explicit signature can forward them without listing them twice."""
+        if isinstance(values.get("self"), MarlAlgorithm):  # the subclass's own arguments against its annotations
+            check_types(type(values["self"]).__init__, values)
         names = inspect.signature(MarlAlgorithm.__init__).parameters
         return {name: values[name] for name in names if name != "self" and name in values}
 
@@ -339,6 +384,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
                 seed=self.seed,
                 rank=self.rank,
                 device=self.device,
+                env_device=self.env_device,
                 transforms=self.env_transforms(),
             )
         return self._sampler
@@ -550,6 +596,18 @@ class MarlAlgorithm(pl.LightningModule, ABC):
                 )
 
     # ------------------------------------------------------------------ evaluation
+    @property
+    def env_device(self) -> torch.device:
+        """Where the environments step: ``sampling_device``, else the module's (training) device."""
+        return torch.device(self.sampling_device) if self.sampling_device is not None else self.device
+
+    @property
+    def evaluation_policy(self) -> TensorDictModuleBase:
+        """:attr:`policy` for envs on :attr:`env_device` (moving each step's data to the module's device and back)."""
+        if self.env_device == self.device:
+            return self.policy
+        return _OnDevice(self.policy, self.device, self.env_device)
+
     def env_transforms(self) -> list[Transform]:
         """Transforms every env of this algorithm needs on top of the task's: with recurrent networks, the episode
         start flag ``is_init`` and zero hidden states from the first step."""
@@ -558,12 +616,12 @@ class MarlAlgorithm(pl.LightningModule, ABC):
             specs.update(recurrent_state_specs(module))
         if not specs:
             return []
-        return [InitTracker(), TensorDictPrimer(Composite({key: spec.to(self.device) for key, spec in specs.items()}),
+        return [InitTracker(), TensorDictPrimer(Composite({key: spec.to(self.env_device) for key, spec in specs.items()}),
                                                 expand_specs=True)]
 
     def make_env(self, num_envs: int, seed: int | None = None) -> EnvBase:
         """The task's batched env with :meth:`env_transforms` (what collection and evaluation step)."""
-        env = self.task.make_env(num_envs=num_envs, seed=seed, device=self.device)
+        env = self.task.make_env(num_envs=num_envs, seed=seed, device=self.env_device)
         for transform in self.env_transforms():
             env.append_transform(transform)
         return env
@@ -581,7 +639,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         mode = ExplorationType.DETERMINISTIC if self.evaluation_deterministic else ExplorationType.RANDOM
         with self.task.isolated_rng(seed), torch.no_grad(), set_exploration_type(mode):
             env.set_seed(seed)
-            rollout = env.rollout(self.task.max_steps, policy=self.policy, auto_reset=True,
+            rollout = env.rollout(self.task.max_steps, policy=self.evaluation_policy, auto_reset=True,
                                   break_when_any_done=False)
         done = torch.zeros(rollout.batch_size, dtype=torch.bool, device=rollout.device)
         for key in env.done_keys:

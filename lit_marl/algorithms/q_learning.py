@@ -84,6 +84,7 @@ class QLearning(OffPolicyAlgorithm):
         evaluation_seed: int | None = None,
         test_episodes: int = 100,
         test_videos: int = 0,
+        sampling_device: str | None = None,
         seed: int = 0,
     ) -> None:
         self._set_off_policy_args_from(locals())

@@ -81,6 +81,7 @@ class SAC(OffPolicyAlgorithm):
         evaluation_seed: int | None = None,
         test_episodes: int = 100,
         test_videos: int = 0,
+        sampling_device: str | None = None,
         seed: int = 0,
     ) -> None:
         # SAC explores by sampling its policy: the noise-annealing arguments do not apply.

@@ -34,12 +34,14 @@ class Sampler:
         rank: int = 0,
         device: torch.device | str = "cpu",
         transforms: Sequence[Transform] = (),
+        env_device: torch.device | str | None = None,
     ) -> None:
         self.task = task
         self.seed = seed
         self.rank = rank
         with task.isolated_rng():
-            self.env = task.make_env(num_envs=num_envs, seed=seed, device=device)
+            env_device = device if env_device is None else env_device
+            self.env = task.make_env(num_envs=num_envs, seed=seed, device=env_device)
             for transform in transforms:  # e.g. the algorithm's recurrent-state primer
                 self.env.append_transform(transform)
             self.collector = Collector(
@@ -47,7 +49,9 @@ class Sampler:
                 policy,
                 frames_per_batch=frames_per_batch,
                 total_frames=-1,
-                device=device,
+                env_device=env_device,  # where the envs step
+                policy_device=device,  # where the policy runs, and the batch is stored for training
+                storing_device=device,
                 auto_register_policy_transforms=False,
             )
         self._at_episode_boundary = True

@@ -137,7 +137,7 @@ def render_batch(module: Any, seed: int, num_envs: int, env_indices: Sequence[in
                     else:
                         frames[i].append(task.render(env, i))
 
-            rollout = env.rollout(task.max_steps, policy=module.policy, tensordict=td, auto_reset=False,
+            rollout = env.rollout(task.max_steps, policy=module.evaluation_policy, tensordict=td, auto_reset=False,
                                   break_when_any_done=False, callback=render_next)
     finally:
         env.close()
