@@ -7,14 +7,17 @@ import csv
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from lit_marl.algorithms import MAPPO
+from lit_marl.checkpoint import read_checkpoint
 from lit_marl.distributed import shares
 from tests.conftest import ROOT, tiny_kwargs, tiny_task
 
@@ -111,3 +114,39 @@ def test_sizes_that_do_not_split_over_the_processes_are_named():
     assert any(p.startswith("evaluation_episodes: 4") for p in problems)
     assert shares(model, 3, "test") == ["test_episodes: 100 is not a multiple of the 3 processes; allowed: a "
                                         "multiple such as 99"]
+
+
+@pytest.mark.slow
+def test_two_process_run_killed_mid_training_resumes_counters_and_buffers(tmp_path):
+    """SIGKILL the whole process group of a 2-process MADDPG fit once a checkpoint exists, resume from last.ckpt."""
+    probe = tmp_path / "probe"
+    config = _config(tmp_path / "maddpg.yaml", "MADDPG", probe, max_frames=80 * 200)
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([shutil.which("lit-marl"), "fit", "--config", str(config)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    last = None
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            found = list(Path("runs/ddp").glob("version_*/checkpoints/last.ckpt"))
+            if found and read_checkpoint(found[0])["lit_marl"]["frames"] >= 240:
+                last = found[0]
+                break
+            assert process.poll() is None, "the run ended before it was killed"
+            time.sleep(0.2)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # both processes, wherever they are
+        process.wait()
+    assert last is not None, "no checkpoint within 5 minutes"
+    saved = read_checkpoint(last)["lit_marl"]  # the checkpoint as the kill left it
+    token = saved["rank_buffers"]["token"]
+    assert {p.name for p in last.parent.glob("last.ckpt.buffers-*")} >= {f"last.ckpt.buffers-{token}.rank0",
+                                                                          f"last.ckpt.buffers-{token}.rank1"}
+    frames = saved["frames"]
+    _lit_marl("fit", "--config", str(config), "--model.init_args.max_frames", str(frames + 160), "--ckpt_path",
+              str(last))
+    after = _ranks(probe)
+    assert after[0]["frames"] == after[1]["frames"] == frames + 160  # continued from the checkpoint's counter
+    # each process's buffer: what it held at the checkpoint (frames / 2) plus the 80 frames it collected since
+    assert after[0]["buffers"] == after[1]["buffers"] == {"agents": frames // 2 + 80}
+    assert after[0]["weights"] == after[1]["weights"]
