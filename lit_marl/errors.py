@@ -6,7 +6,10 @@ the field, the value and what is allowed.
 
 from __future__ import annotations
 
+import collections.abc
 import math
+import types
+import typing
 from typing import Any
 
 
@@ -55,3 +58,61 @@ def one_of(field: str, value: Any, allowed: tuple) -> Any:
 class NumericalError(RuntimeError):
     """Training stopped at a NaN/Inf loss term, gradient or weight; the message names where (group, term,
     iteration). The CLI prints it without a traceback and exits with code 3."""
+
+
+def _describe(annotation: Any) -> str:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return f"one of {', '.join(map(repr, args))}"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args)
+    if annotation is type(None):
+        return "None"
+    if origin in (list, tuple, collections.abc.Sequence):
+        return f"a list of {_describe(args[0])}" if args else "a list"
+    if origin in (dict, collections.abc.Mapping) or annotation is dict:
+        return "a mapping"
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    return names.get(annotation, getattr(annotation, "__name__", str(annotation)))
+
+
+def _matches(value: Any, annotation: Any) -> bool:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is Any or isinstance(annotation, typing.TypeVar):
+        return True
+    if origin is typing.Literal:
+        return value in args
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin in (list, tuple, collections.abc.Sequence):
+        return (isinstance(value, (list, tuple)) and
+                (not args or args[-1] is Ellipsis and _all(value, args[0]) or args[-1] is not Ellipsis and
+                 (origin is not tuple or len(args) == len(value)) and _all(value, args[0])))
+    if origin in (dict, collections.abc.Mapping) or annotation in (dict, collections.abc.Mapping):
+        return isinstance(value, collections.abc.Mapping)
+    if isinstance(annotation, type):
+        # configurable objects (Task, ModelConfig) are also given as {"class_path", "init_args"} or a name
+        return isinstance(value, (annotation, collections.abc.Mapping, str))
+    return True
+
+
+def _all(values, annotation) -> bool:
+    return all(_matches(v, annotation) for v in values)
+
+
+def check_types(function: Any, values: dict[str, Any], prefix: str = "") -> None:
+    """Raise :class:`ConfigError` for the first argument in ``values`` whose value does not fit ``function``'s type
+    annotation (``True`` for an ``int``, ``"0.1"`` for a ``float``, ``3`` for a ``bool``…), naming it, the value and
+    the allowed type. Python converts such values silently (``bool("no")`` is True); the CLI's parser does not."""
+    hints = typing.get_type_hints(function)
+    for name, value in values.items():
+        if name in hints and name != "return" and not _matches(value, hints[name]):
+            raise ConfigError(f"{prefix}{name}: must be {_describe(hints[name])}, got {value!r}")
