@@ -168,11 +168,13 @@ def check_writable(folder: Path) -> None:
     probe = folder / f".lit-marl-write-check-{os.getpid()}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        with open(probe, "wb") as f:
-            f.write(b"lit-marl")
-            f.flush()
-            os.fsync(f.fileno())
-        probe.unlink()
+        try:
+            with open(probe, "wb") as f:
+                f.write(b"lit-marl")
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            probe.unlink(missing_ok=True)
     except OSError as err:
         raise ConfigError(
             f"trainer.logger: the run folder {str(folder)!r} cannot be written ({err.strerror or err}); nothing was "

@@ -1,0 +1,81 @@
+"""An unwritable run folder is refused at start (exit code 2, nothing trained); a disk that fills up during
+training stops the run at the failing write (exit code 4) naming the file, with the previous checkpoint whole and
+no temporary file left behind."""
+
+from __future__ import annotations
+
+import errno
+import io
+
+import pytest
+import torch
+import yaml
+
+from lit_marl import checkpoint as checkpoint_module
+from lit_marl.checkpoint import read_checkpoint
+from lit_marl.cli import main
+from tests.reliability.helpers import QUIET, expect_exit, rows, run_dirs, tiny_config
+
+
+def test_unwritable_run_folder_is_refused_at_start(capsys, tmp_path, monkeypatch):
+    (tmp_path / "blocked").write_text("a file where the runs folder should be")
+    config = tiny_config(tmp_path / "tiny.yaml")
+    err = expect_exit(capsys, ["fit", "--config", str(config), *QUIET, "--trainer.logger.init_args.save_dir",
+                               str(tmp_path / "blocked" / "runs")], 2,
+                      "trainer.logger: the run folder", "blocked/runs", "cannot be written", "nothing was trained",
+                      unchanged=tmp_path)
+    assert "Traceback" not in err
+
+
+def test_full_disk_at_start_is_refused(capsys, tmp_path, monkeypatch):
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("lit_marl.cli.os.fsync", no_space)
+    expect_exit(capsys, ["fit", "--config", str(tiny_config(tmp_path / "tiny.yaml")), *QUIET], 2,
+                "cannot be written (No space left on device)")
+    assert not list(tmp_path.glob("runs/*/version_*/*"))  # no run started: not even config.yaml
+
+
+def _fill_disk_at_save(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """The n-th torch.save into a file (1-based) writes part of the checkpoint, then the disk is full."""
+    real_save, calls = torch.save, []
+
+    def save(obj, f, *args, **kwargs):
+        calls.append(1)
+        if len(calls) < n:
+            return real_save(obj, f, *args, **kwargs)
+        buffer = io.BytesIO()
+        real_save(obj, buffer, *args, **kwargs)
+        f.write(buffer.getvalue()[:1000])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", save)
+
+
+def test_disk_full_at_a_checkpoint_write_keeps_the_previous_checkpoint(capsys, tmp_path, monkeypatch):
+    config = yaml.safe_load(tiny_config(tmp_path / "tiny.yaml").read_text())
+    config["model"]["init_args"]["max_frames"] = 160
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(config))
+    # writes: iteration 1 → frames_…40.ckpt (1), last.ckpt (2); iteration 2 → frames_…80.ckpt (3), last.ckpt (4)
+    with monkeypatch.context() as patch:
+        _fill_disk_at_save(patch, 4)
+        expect_exit(capsys, ["fit", "--config", str(tmp_path / "tiny.yaml"), *QUIET], 4,
+                    "lit-marl: error: could not write", "last.ckpt", "No space left on device",
+                    "the previous one is intact", "resume with --ckpt_path", unchanged=None)
+    (run,) = run_dirs()
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert names == ["frames_000000040.ckpt", "frames_000000080.ckpt", "last.ckpt"]  # no temp file left
+    assert read_checkpoint(run / "checkpoints" / "last.ckpt")["lit_marl"]["frames"] == 40
+    main(["fit", "--config", str(run / "config.yaml"), "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), *QUIET])
+    resumed = [r for r in run_dirs() if r != run][0]
+    assert sorted({float(r["counters/frames"]) for r in rows(resumed) if r.get("counters/frames")}) == [
+        80.0, 120.0, 160.0]
+
+
+def test_disk_full_at_the_first_checkpoint_names_it(capsys, tmp_path, monkeypatch):
+    _fill_disk_at_save(monkeypatch, 1)
+    expect_exit(capsys, ["fit", "--config", str(tiny_config(tmp_path / "tiny.yaml")), *QUIET], 4,
+                "frames_000000040.ckpt", "none was there before", unchanged=None)
+    (run,) = run_dirs()
+    assert list((run / "checkpoints").iterdir()) == []
