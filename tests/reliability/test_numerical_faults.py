@@ -128,3 +128,22 @@ def test_cli_nan_policy_skip_finishes_the_run(tmp_path):
     assert yaml.safe_load((run / "config.yaml").read_text())["nan_policy"] == "skip"
     skipped = [float(r["train/skipped_updates"]) for r in rows(run) if r.get("train/skipped_updates")]
     assert skipped == [0.0, 2.0, 0.0]  # iteration 2's 2 optimizer steps (1 epoch × 2 minibatches)
+
+
+class PoisonWeights(Callback):
+    """Writes +Inf into the first actor weight after the last optimizer step of iteration 2."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if pl_module.iteration + 1 == 2 and batch_idx == 3:
+            with torch.no_grad():
+                next(pl_module.policies["agents"].parameters()).view(-1)[0] = float("inf")
+
+
+def test_non_finite_weights_stop_before_the_iterations_checkpoint(tmp_path):
+    model, trainer, _ = _fit(tmp_path)
+    trainer.callbacks.insert(0, PoisonWeights())
+    with pytest.raises(NumericalError, match=r"parameter policies\.agents\..* holds NaN/Inf after iteration 2"):
+        trainer.fit(model)
+    saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
+    assert saved["lit_marl"]["iteration"] == 1
+    assert all(torch.isfinite(v).all() for v in saved["state_dict"].values())
