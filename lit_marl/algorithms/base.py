@@ -39,7 +39,14 @@ from typing_extensions import override
 
 from lit_marl import __version__
 from lit_marl.callbacks import call_marl_hook
-from lit_marl.checkpoint import FORMAT_VERSION, AtomicCheckpointIO, check_compatible, check_state_dict, read_checkpoint
+from lit_marl.checkpoint import (
+    FORMAT_VERSION,
+    AtomicCheckpointIO,
+    atomic_csv_rewrites,
+    check_compatible,
+    check_state_dict,
+    read_checkpoint,
+)
 from lit_marl.data import EvaluationBatches, OnPolicyData, Sampler
 from lit_marl.distributed import check_shares, check_strategy, reduce_means, world_size_of
 from lit_marl.envs.base import Task
@@ -237,6 +244,10 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         self._eval_rollouts: list[TensorDictBase] = []
         self._timer: dict[str, float] = {}
         self._skipped_updates = 0
+        #: whether the current optimizer step was skipped for a NaN/Inf (``nan_policy="skip"``)
+        self.update_skipped = False
+        #: the last iteration's training row as logged (saved in checkpoints; see _recover_iteration_row)
+        self._iteration_row: dict[str, Any] | None = None
         #: the signal that stopped the last ``fit`` (after saving ``signal_checkpoint``), or None
         self.stopped_by_signal: int | None = None
         self.signal_checkpoint: str | None = None
@@ -344,6 +355,8 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         check_shares(self, self.world_size, stage)
         if type(strategy.checkpoint_io) is TorchCheckpointIO:
             strategy.checkpoint_io = AtomicCheckpointIO()
+        for logger in self.trainer.loggers:  # metrics.csv rewritten atomically when a column appears
+            atomic_csv_rewrites(logger)
         ckpt_path = self.trainer.ckpt_path
         if ckpt_path and str(ckpt_path) not in ("last", "best", "hpc", "registry"):
             meta = read_checkpoint(ckpt_path)["lit_marl"]
@@ -443,6 +456,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
     @override
     def training_step(self, batch: TensorDictBase, batch_idx: int) -> torch.Tensor | None:
         total, scalars, objective = None, {}, []
+        self.update_skipped = False
         for group in self.groups:
             terms = self.loss(group, self.group_batch(batch, group))
             for name, value in terms.items():
@@ -468,6 +482,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         where = f"at iteration {self.iteration + 1} (frames {self.frames}), minibatch {batch_idx}"
         if policy == "skip":
             self._skipped_updates += 1
+            self.update_skipped = True  # e.g. for priority or target updates in on_train_batch_end
             return True
         raise NumericalError(
             f"{what} {where}: training stopped before the update, so no weights were changed and the last "
@@ -521,6 +536,33 @@ class MarlAlgorithm(pl.LightningModule, ABC):
             rank_zero_info(f"lit-marl: frame budget max_frames={self.max_frames} already reached ({self.frames})")
             self.trainer.should_stop = True
         self._install_signal_handlers()
+        self._recover_iteration_row()
+
+    def _recover_iteration_row(self) -> None:
+        """Write the checkpointed iteration's training row if the run it resumes from never did.
+
+        Lightning writes an iteration's training row to the loggers after ``ModelCheckpoint`` saved (design note
+        21): a run killed between the two leaves a checkpoint whose row exists nowhere, and the resumed run starts
+        with the next iteration. The checkpoint carries the row; if the checkpoint's own run folder has a
+        ``metrics.csv`` without it, the resumed run logs it first, with its original step."""
+        row = (self._restored or {}).pop("iteration_row", None)
+        ckpt_path = self.trainer.ckpt_path
+        if not row or not ckpt_path or not self.trainer.loggers:
+            return
+        source = Path(str(ckpt_path)).resolve().parent.parent / "metrics.csv"
+        if Path(str(ckpt_path)).resolve().parent.name != "checkpoints" or not source.is_file():
+            return
+        import csv
+
+        with open(source, newline="") as f:
+            iteration = str(float(row["metrics"].get("counters/iteration", -1)))
+            if any(r.get("counters/iteration") == iteration for r in csv.DictReader(f)):
+                return
+        rank_zero_info(f"lit-marl: {source} lacks iteration {self.iteration}'s training row (killed while "
+                       f"writing it); logging it from the checkpoint")
+        for logger in self.trainer.loggers:
+            logger.log_metrics({**row["metrics"], "epoch": row["epoch"]}, step=row["step"])
+            logger.save()
 
     def _install_signal_handlers(self) -> None:
         """SIGTERM / SIGUSR1 (what SLURM and most schedulers send before a kill) finish the current iteration,
@@ -577,6 +619,10 @@ class MarlAlgorithm(pl.LightningModule, ABC):
             metrics["train/skipped_updates"] = torch.tensor(float(self._skipped_updates))
         self._skipped_updates = 0
         self._check_finite_weights()
+        # as Lightning will log it (after the checkpoint callbacks): the step is the last optimizer step's index
+        self._iteration_row = {"step": max(self.trainer.fit_loop.epoch_loop._batches_that_stepped - 1, 0),
+                               "epoch": int(self.trainer.current_epoch),
+                               "metrics": {name: float(value) for name, value in metrics.items()}}
         shown = {"counters/frames", "collection/reward/episode_reward_mean"}
         for name, value in metrics.items():
             self.log(name, value, on_step=False, on_epoch=True, prog_bar=name in shown, sync_dist=False)
@@ -708,6 +754,8 @@ class MarlAlgorithm(pl.LightningModule, ABC):
             "iteration": int(self.iteration),
             "rng": rng_state(),
         }
+        if self._iteration_row is not None:
+            checkpoint["lit_marl"]["iteration_row"] = self._iteration_row
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

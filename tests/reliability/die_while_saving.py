@@ -1,5 +1,6 @@
 """``python -m tests.reliability.die_while_saving N <lit-marl args>``: ``lit-marl`` whose N-th checkpoint write
-(1-based, counting sidecars) stops half-way through the file with a SIGKILL of its own process."""
+(1-based, counting sidecars) stops half-way through the file with a SIGKILL of its own process;
+``after:N``: killed right after the N-th checkpoint file was renamed into place."""
 
 from __future__ import annotations
 
@@ -30,5 +31,21 @@ def _dying_save(obj, f, *args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-torch.save = _dying_save
+def _dying_replace(src, dst):
+    global _count
+    _real_replace(src, dst)
+    _count += 1
+    if _count == int(sys.argv[1].removeprefix("after:")):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+_real_replace = os.replace
+if sys.argv[1].startswith("after:"):
+    from lit_marl import checkpoint
+
+    checkpoint.os = type(os)("os_with_dying_replace")
+    checkpoint.os.__dict__.update(os.__dict__)
+    checkpoint.os.replace = _dying_replace
+else:
+    torch.save = _dying_save
 main(sys.argv[2:])

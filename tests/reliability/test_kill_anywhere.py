@@ -189,3 +189,30 @@ def test_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint_whole(tmp
                              text=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _train_frames(_version_dirs(tmp_path)[-1]) == [80.0, 120.0]
+
+
+@pytest.mark.slow
+def test_kill_between_checkpoint_and_training_row_loses_no_row(tmp_path):
+    """Lightning writes an iteration's training row after its checkpoint: killed in between, the resumed run
+    writes the row from the checkpoint, so the chain still has every iteration once."""
+    config = _config(tmp_path)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    process = subprocess.run([sys.executable, "-m", "tests.reliability.die_while_saving", "after:4", "fit",
+                              "--config", str(config), *QUIET], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert process.returncode == -signal.SIGKILL, process.stderr[-3000:]
+    (run,) = _version_dirs(tmp_path)
+    assert read_checkpoint(run / "checkpoints" / "last.ckpt")["lit_marl"]["frames"] == 80
+    assert _train_frames(run) == [40.0]  # iteration 2's row was never written
+    resumed = subprocess.run([sys.executable, "-m", "lit_marl.cli", "fit", "--config", str(config), *QUIET,
+                              "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
+                              "--model.init_args.max_frames", "160"], cwd=tmp_path, env=env, capture_output=True,
+                             text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    new = _version_dirs(tmp_path)[-1]
+    _check_csv(new)
+    assert _train_frames(new) == [80.0, 120.0, 160.0]
+    recovered = [r for r in rows(new) if r.get("counters/iteration") == "2.0"][0]
+    original = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["lit_marl"]["iteration_row"]
+    assert float(recovered["train/agents/loss_objective"]) == pytest.approx(
+        original["metrics"]["train/agents/loss_objective"])
+    assert int(recovered["step"]) == original["step"] == 3
