@@ -79,3 +79,31 @@ def test_disk_full_at_the_first_checkpoint_names_it(capsys, tmp_path, monkeypatc
                 "frames_000000040.ckpt", "none was there before", unchanged=None)
     (run,) = run_dirs()
     assert list((run / "checkpoints").iterdir()) == []
+
+
+def test_disk_full_at_a_metrics_write_exits_4_and_the_resume_writes_the_row(capsys, tmp_path, monkeypatch):
+    import csv
+
+    config = yaml.safe_load(tiny_config(tmp_path / "tiny.yaml").read_text())
+    config["model"]["init_args"]["max_frames"] = 120
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(config))
+    real, writes = csv.DictWriter.writerows, []
+
+    def writerows(self, rows):
+        rows = list(rows)
+        if any(r.get("counters/iteration") == 2.0 for r in rows):  # iteration 2's training row
+            raise OSError(errno.ENOSPC, "No space left on device")
+        writes.append(rows)
+        return real(self, rows)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(csv.DictWriter, "writerows", writerows)
+        expect_exit(capsys, ["fit", "--config", str(tmp_path / "tiny.yaml"), *QUIET], 4,
+                    "could not write", "No space left on device", unchanged=None)
+    (run,) = run_dirs()
+    assert {float(r["counters/iteration"]) for r in rows(run) if r.get("counters/iteration")} == {1.0}
+    last = run / "checkpoints" / "last.ckpt"
+    assert read_checkpoint(last)["lit_marl"]["frames"] == 80  # written before the row
+    main(["fit", "--config", str(run / "config.yaml"), "--ckpt_path", str(last), *QUIET])
+    resumed = [r for r in run_dirs() if r != run][0]
+    assert [float(r["counters/frames"]) for r in rows(resumed) if r.get("counters/iteration")] == [80.0, 120.0]
