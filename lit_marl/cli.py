@@ -114,6 +114,8 @@ class LitMarlCLI(LightningCLI):
         """Check a ``--ckpt_path`` (exists, loads, same algorithm and task) before anything is built."""
         config = self.config[self.subcommand] if self.subcommand else self.config
         ckpt_path = config.get("ckpt_path")
+        if ckpt_path is not None and str(ckpt_path) == "last":
+            ckpt_path = config["ckpt_path"] = str(_last_checkpoint_of(config.get("trainer", {}).get("logger")))
         if not ckpt_path or str(ckpt_path) in LIGHTNING_CKPT_ALIASES:
             return
         checkpoint = read_checkpoint(ckpt_path)
@@ -160,6 +162,29 @@ class LitMarlCLI(LightningCLI):
             check_group_map(group_map, self.model.task.group_map, source)
         if state_dict is not None:
             check_state_dict(state_dict, self.model.state_dict(), source)
+
+
+def _last_checkpoint_of(logger: Any) -> Path:
+    """``--ckpt_path last``: the ``last.ckpt`` of the newest ``<save_dir>/<name>/version_<n>`` run that has one
+    (Lightning would look in the new, empty run folder and silently start from scratch)."""
+    init_args = {}
+    if logger is not None and not isinstance(logger, bool) and hasattr(logger, "get"):
+        init_args = dict(logger.get("init_args") or {})
+    if "save_dir" not in init_args:
+        raise ConfigError(
+            "ckpt_path: 'last' needs a logger with a save_dir (trainer.logger.init_args.save_dir) to find the earlier "
+            "runs in; allowed: the checkpoint's path, e.g. runs/<name>/version_<n>/checkpoints/last.ckpt"
+        )
+    root = Path(init_args["save_dir"]) / str(init_args.get("name") or "")
+    versions = sorted((p for p in root.glob("version_*") if p.name.removeprefix("version_").isdigit()),
+                      key=lambda p: int(p.name.removeprefix("version_")), reverse=True)
+    for version in versions:
+        if (version / "checkpoints" / "last.ckpt").is_file():
+            return version / "checkpoints" / "last.ckpt"
+    raise ConfigError(
+        f"ckpt_path: 'last' found no run with checkpoints/last.ckpt under {str(root)!r}; allowed: a checkpoint's path, "
+        f"or leave ckpt_path unset to start a new run"
+    )
 
 
 def check_writable(folder: Path) -> None:

@@ -103,3 +103,18 @@ def test_cli_saves_exits_128_plus_signal_and_resumes(tmp_path, signum):
     (resumed,) = [d for d in run_dirs(tmp_path / "runs") if d != run]
     resumed_frames = sorted({float(r["counters/frames"]) for r in rows(resumed) if r.get("counters/frames")})
     assert resumed_frames == [meta["frames"] + 40, meta["frames"] + 80]
+
+
+def test_ckpt_path_last_resumes_the_newest_run(capsys, tmp_path):
+    from lit_marl.cli import main
+    from tests.reliability.helpers import expect_exit
+
+    config = tiny_config(tmp_path / "tiny.yaml")
+    expect_exit(capsys, ["fit", "--config", str(config), *QUIET, "--ckpt_path", "last"], 2,
+                "ckpt_path: 'last' found no run with checkpoints/last.ckpt under 'runs/quickstart'")
+    main(["fit", "--config", str(config), *QUIET])  # 2 iterations
+    main(["fit", "--config", str(config), *QUIET, "--ckpt_path", "last", "--model.init_args.max_frames", "120"])
+    first, second = run_dirs()
+    assert yaml.safe_load((second / "config.yaml").read_text())["ckpt_path"] == str(
+        Path("runs/quickstart/version_0/checkpoints/last.ckpt"))
+    assert [float(r["counters/frames"]) for r in rows(second) if r.get("counters/iteration")] == [120.0]
