@@ -95,6 +95,8 @@ class PPO(OnPolicyAlgorithm):
         self.critic_coef = non_negative_float("critic_coef", critic_coef)
         self.loss_critic_type = one_of("loss_critic_type", loss_critic_type, ("l2", "l1", "smooth_l1"))
         try:
+            if not isinstance(scale_mapping, str):
+                raise ValueError(scale_mapping)
             NormalParamExtractor(scale_mapping=scale_mapping)
         except (NotImplementedError, ValueError, KeyError):
             raise ConfigError(

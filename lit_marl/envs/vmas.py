@@ -11,7 +11,7 @@ from torchrl.envs.utils import MarlGroupMapType
 
 from lit_marl.envs.base import Task
 from lit_marl.utils import pack_numpy_rng, unpack_numpy_rng
-from lit_marl.errors import ConfigError, positive_int
+from lit_marl.errors import ConfigError, check_types, positive_int
 
 _GROUP_MAP_TYPES = {
     "all_in_one_group": MarlGroupMapType.ALL_IN_ONE_GROUP,
@@ -53,6 +53,9 @@ class VmasTask(Task):
         agent_groups: str | dict[str, list[str]] | None = None,
         **kwargs: Any,
     ) -> None:
+        check_types(VmasTask.__init__, {"scenario": scenario, "max_steps": max_steps,
+                                        "continuous_actions": continuous_actions, "scenario_kwargs": scenario_kwargs,
+                                        "agent_groups": agent_groups}, prefix="task.")
         if scenario not in VMAS_SCENARIOS:
             raise ConfigError(
                 f"task.scenario: unknown VMAS scenario {scenario!r}; allowed: {', '.join(VMAS_SCENARIOS)}"

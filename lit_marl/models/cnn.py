@@ -9,7 +9,7 @@ from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 from torchrl.modules import MultiAgentConvNet, MultiAgentMLP
 
-from lit_marl.errors import ConfigError
+from lit_marl.errors import ConfigError, check_types
 from lit_marl.models.base import ModelConfig, ModelInputs
 from lit_marl.models.mlp import _activation, _positive_ints
 
@@ -65,6 +65,7 @@ class Cnn(ModelConfig):
         mlp_activation_class: str = "Tanh",
         channels_last: bool = True,
     ) -> None:
+        check_types(Cnn.__init__, {k: v for k, v in locals().items() if k != "self"})
         self.cnn_num_cells = _positive_ints("cnn_num_cells", cnn_num_cells)
         depth = len(self.cnn_num_cells)
         self.cnn_kernel_sizes = _per_layer("cnn_kernel_sizes", cnn_kernel_sizes, depth, minimum=1)

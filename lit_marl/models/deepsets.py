@@ -20,7 +20,7 @@ from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 from torchrl.modules import MLP, MultiAgentMLP
 
-from lit_marl.errors import ConfigError, one_of
+from lit_marl.errors import ConfigError, check_types, one_of
 from lit_marl.models.base import ModelConfig, ModelInputs
 from lit_marl.models.mlp import _activation, _positive_ints
 
@@ -108,6 +108,7 @@ class DeepSets(ModelConfig):
         aggregation: str = "sum",
         activation_class: str = "Tanh",
     ) -> None:
+        check_types(DeepSets.__init__, {k: v for k, v in locals().items() if k != "self"})
         self.local_nn_num_cells = _positive_ints("local_nn_num_cells", local_nn_num_cells, allow_empty=True)
         self.local_nn_out_features = _positive_ints("local_nn_out_features", [local_nn_out_features])[0]
         self.global_nn_num_cells = _positive_ints("global_nn_num_cells", global_nn_num_cells, allow_empty=True)

@@ -25,7 +25,7 @@ import torch
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
-from lit_marl.errors import ConfigError, one_of
+from lit_marl.errors import ConfigError, check_types, one_of
 from lit_marl.models.base import ModelConfig, ModelInputs
 
 TOPOLOGIES = ("full", "empty", "from_pos")
@@ -130,6 +130,7 @@ class Gnn(ModelConfig):
         velocity_slice: Sequence[int] | None = None,
         exclude_pos_from_node_features: bool = False,
     ) -> None:
+        check_types(Gnn.__init__, {k: v for k, v in locals().items() if k != "self"})
         self.topology = one_of("topology", topology, TOPOLOGIES)
         if topology == "from_pos":
             if isinstance(edge_radius, bool) or not isinstance(edge_radius, (int, float)) or edge_radius <= 0:

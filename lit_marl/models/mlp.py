@@ -8,7 +8,7 @@ from torch import nn
 from torchrl.modules import MLP, MultiAgentMLP
 
 from lit_marl.models.base import ModelConfig
-from lit_marl.errors import ConfigError
+from lit_marl.errors import ConfigError, check_types
 
 
 def _activation(name: str, field: str = "activation_class") -> type[nn.Module]:
@@ -38,7 +38,10 @@ class Mlp(ModelConfig):
         layer_norm: apply LayerNorm after every hidden layer.
     """
 
-    def __init__(self, num_cells: Sequence[int] = (256, 256), activation_class: str = "Tanh", layer_norm: bool = False) -> None:
+    def __init__(self, num_cells: Sequence[int] = (256, 256), activation_class: str = "Tanh",
+                 layer_norm: bool = False) -> None:
+        check_types(Mlp.__init__, {"num_cells": num_cells, "activation_class": activation_class,
+                                   "layer_norm": layer_norm})
         self.num_cells = _positive_ints("num_cells", num_cells)
         _activation(activation_class)
         self.activation_class = activation_class

@@ -31,7 +31,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import Unbounded
 
-from lit_marl.errors import ConfigError
+from lit_marl.errors import ConfigError, check_types
 from lit_marl.models.base import ModelConfig, ModelInputs
 from lit_marl.models.mlp import _positive_ints
 
@@ -154,6 +154,7 @@ class _Recurrent(ModelConfig):
     kind = ""
 
     def __init__(self, hidden_size: int = 128, n_layers: int = 1) -> None:
+        check_types(_Recurrent.__init__, {"hidden_size": hidden_size, "n_layers": n_layers})
         self.hidden_size = _positive_ints("hidden_size", [hidden_size])[0]
         self.n_layers = _positive_ints("n_layers", [n_layers])[0]
 

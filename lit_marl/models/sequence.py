@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 
-from lit_marl.errors import ConfigError
+from lit_marl.errors import ConfigError, check_types
 from lit_marl.models.base import ModelConfig, ModelInputs
 from lit_marl.utils import instantiate
 
@@ -22,12 +22,14 @@ class Sequence(ModelConfig):
     """
 
     def __init__(self, layers: list[ModelConfig], intermediate_sizes: list[int] | None = None) -> None:
-        if not isinstance(layers, (list, tuple)) or len(layers) < 2:
+        check_types(Sequence.__init__, {"layers": layers, "intermediate_sizes": intermediate_sizes})
+        if intermediate_sizes is not None and any(s <= 0 for s in intermediate_sizes):
+            raise ConfigError(f"intermediate_sizes: must be positive integers, got {intermediate_sizes!r}")
+        if len(layers) < 2:
             raise ConfigError(f"layers: a Sequence needs a list of two or more model configs, got {layers!r}")
         self.layers = [instantiate(layer, ModelConfig, f"layers[{i}]") for i, layer in enumerate(layers)]
         sizes = [64] * (len(self.layers) - 1) if intermediate_sizes is None else list(intermediate_sizes)
-        if len(sizes) != len(self.layers) - 1 or any(not isinstance(s, int) or isinstance(s, bool) or s <= 0
-                                                     for s in sizes):
+        if len(sizes) != len(self.layers) - 1:
             raise ConfigError(f"intermediate_sizes: needs {len(self.layers) - 1} positive integers (one between each "
                               f"pair of layers), got {intermediate_sizes!r}")
         self.intermediate_sizes = sizes
