@@ -303,6 +303,8 @@ class OffPolicyAlgorithm(MarlAlgorithm):
 
     @override
     def on_train_batch_end(self, outputs: Any, batch: TensorDictBase, batch_idx: int) -> None:
+        if self.update_skipped:  # a non-finite step skipped under nan_policy=skip: its TD errors are not priorities
+            return
         for group, updater in self._target_updaters.items():
             if self.use_prioritized_replay_buffer:
                 # a transition's priority is the largest TD error among the group's agents
