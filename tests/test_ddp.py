@@ -12,13 +12,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 import yaml
 
 from lit_marl.algorithms import MAPPO
 from lit_marl.checkpoint import read_checkpoint
-from lit_marl.distributed import shares
+from lit_marl.distributed import check_strategy, shares
+from lit_marl.errors import ConfigError
 from tests.conftest import ROOT, tiny_kwargs, tiny_task
 
 def _config(path: Path, algorithm: str, probe: Path, max_frames: int) -> Path:
@@ -150,3 +153,12 @@ def test_two_process_run_killed_mid_training_resumes_counters_and_buffers(tmp_pa
     # each process's buffer: what it held at the checkpoint (frames / 2) plus the 80 frames it collected since
     assert after[0]["buffers"] == after[1]["buffers"] == {"agents": frames // 2 + 80}
     assert after[0]["weights"] == after[1]["weights"]
+
+
+def test_strategies_without_a_collector_per_process_are_refused():
+    from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, SingleDeviceStrategy
+
+    for strategy in (SingleDeviceStrategy(device=torch.device("cpu")), DDPStrategy()):
+        check_strategy(SimpleNamespace(strategy=strategy))
+    with pytest.raises(ConfigError, match="trainer.strategy: FSDPStrategy cannot drive lit-marl's environments"):
+        check_strategy(SimpleNamespace(strategy=FSDPStrategy()))
