@@ -1,6 +1,6 @@
 """Tiny user-defined environments of each kind CustomTask accepts, importable by path (``tests.custom_envs.X``).
 
-- :class:`LineWalkEnv`: a torchrl ``EnvBase``, one episode per object, that never ends by itself.
+- :class:`LineWalkEnv`: a torchrl ``EnvBase``, one episode per object, that never ends by itself (or after 2-5 steps).
 - :class:`MatchParallelEnv`: a PettingZoo ``ParallelEnv``: each player is paid for naming the shown symbol.
 - :class:`NimAECEnv`: a PettingZoo ``AECEnv`` (turn-based, action masks): take 1 or 2 stones, the last one wins.
 - :class:`ReachGymEnv`: a ``gymnasium.Env`` that reports ``info["is_success"]``.
@@ -25,9 +25,11 @@ class LineWalkEnv(EnvBase):
     """Two walkers on a line, paid ``-|x - goal|`` each step; one episode, no end of its own (the task's
     ``max_steps`` truncates it). Observation ``[x, goal]``, action a step in ``[-1, 1]`` scaled by ``speed``."""
 
-    def __init__(self, n_agents: int = 2, goal: float = 1.0, speed: float = 0.25) -> None:
+    def __init__(self, n_agents: int = 2, goal: float = 1.0, speed: float = 0.25, random_length: bool = False) -> None:
         super().__init__(batch_size=torch.Size([]))
         self.n_agents, self.goal, self.speed = n_agents, goal, speed
+        #: end each episode after 2-5 steps (drawn at reset) instead of never
+        self.random_length = random_length
         n = n_agents
         self.group_map = {"walkers": [f"walker_{i}" for i in range(n)]}
         self.observation_spec = Composite(walkers=Composite(observation=Unbounded((n, 2)), shape=(n,)))
@@ -46,14 +48,17 @@ class LineWalkEnv(EnvBase):
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         self.x = torch.rand(self.n_agents, generator=self.generator) - 0.5
+        self.t, self.length = 0, int(torch.randint(2, 6, (), generator=self.generator))
         return TensorDict({"walkers": {"observation": self._obs()}, "done": torch.zeros(1, dtype=torch.bool),
                            "terminated": torch.zeros(1, dtype=torch.bool)})
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         self.x = self.x + self.speed * tensordict["walkers", "action"].reshape(self.n_agents).clamp(-1, 1)
         reward = -(self.x - self.goal).abs().unsqueeze(-1)
-        return TensorDict({"walkers": {"observation": self._obs(), "reward": reward},
-                           "done": torch.zeros(1, dtype=torch.bool), "terminated": torch.zeros(1, dtype=torch.bool)})
+        self.t += 1
+        end = torch.tensor([self.random_length and self.t >= self.length])
+        return TensorDict({"walkers": {"observation": self._obs(), "reward": reward}, "done": end,
+                           "terminated": end.clone()})
 
 
 class MatchParallelEnv(ParallelEnv):

@@ -179,3 +179,29 @@ def test_bad_env_class_or_settings_name_field_value_and_allowed(kwargs, fragment
         CustomTask(**{"max_steps": 5, **kwargs})
     for fragment in fragments:
         assert fragment in str(err.value), (fragment, str(err.value))
+
+
+def test_worker_processes_reset_finished_episodes_like_one_process():
+    """Episodes of 2-5 steps end at different steps: each env's partial reset must reach its own worker."""
+    rollouts = []
+    for workers in (1, 2):
+        env = CustomTask("tests.custom_envs.LineWalkEnv", max_steps=6, env_kwargs={"random_length": True},
+                         num_workers=workers).make_env(num_envs=4, seed=5)
+        assert type(env.base_env).__name__ == ("FlatBatchEnv" if workers == 2 else "SerialEnv")
+        torch.manual_seed(0)
+        rollouts.append(env.rollout(12, break_when_any_done=False))
+        env.close()
+    one, two = rollouts
+    done = one["next", "done"].squeeze(-1)
+    assert len({tuple(d.nonzero().flatten().tolist()) for d in done}) > 1  # the envs end at different steps
+    for key in one.keys(True, True):
+        assert torch.equal(one[key], two[key]), key
+
+
+def test_workers_are_refused_where_they_cannot_run():
+    with pytest.raises(ConfigError, match=r"task.num_workers: turn-based .* got 2; allowed: 1"):
+        CustomTask("tests.custom_envs.NimAECEnv", max_steps=6, num_workers=2)
+    with pytest.raises(ConfigError, match=r"task.num_workers: .*Gymnasium env \(use vectorization: async"):
+        CustomTask("tests.custom_envs.ReachGymEnv", max_steps=6, num_workers=2)
+    with pytest.raises(ConfigError, match=r"task.num_workers: .*batched torchrl env"):
+        CustomTask("tests.tiny_env.CountdownEnv", max_steps=6, num_workers=2)

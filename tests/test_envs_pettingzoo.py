@@ -66,7 +66,8 @@ def test_config_round_trip_rebuilds_the_same_task():
     config = task.to_config()
     assert config == {"class_path": "lit_marl.envs.pettingzoo.PettingZooTask",
                       "init_args": {"task": "simple_spread", "max_steps": 25, "continuous_actions": True,
-                                    "task_kwargs": {"N": 2}, "agent_groups": None, "return_state": None}}
+                                    "task_kwargs": {"N": 2}, "agent_groups": None, "return_state": None,
+                                    "num_workers": 1}}
     rebuilt = instantiate(config, Task, "task")
     assert rebuilt.to_config() == config and rebuilt.group_map == {"agent": ["agent_0", "agent_1"]}
     game = PettingZooTask("connect_four")
@@ -323,3 +324,37 @@ def test_mappo_raises_the_return_on_simple_spread(tmp_path, seed):
 
 SPREAD_ITERATIONS = 20
 SPREAD_MARGIN = 3.0
+
+
+# ---------------------------------------------------------------------------------------------- worker processes
+def _fit_with_workers(tmp_path, num_workers: int) -> MAPPO:
+    pl.seed_everything(0)
+    task = PettingZooTask("simple_tag", max_steps=10, continuous_actions=False, num_workers=num_workers)
+    model = MAPPO(task, **tiny_kwargs(max_frames=80, evaluation_episodes=4))
+    tiny_trainer(tmp_path / f"workers_{num_workers}", max_epochs=2).fit(model)
+    return model
+
+
+def test_two_worker_processes_collect_the_same_data_as_one(tmp_path):
+    env = PettingZooTask("simple_spread", max_steps=5, num_workers=2).make_env(num_envs=4, seed=3)
+    assert type(env.base_env).__name__ == "FlatBatchEnv" and env.batch_size == (4,)
+    env.close()
+    one, two = _fit_with_workers(tmp_path, 1), _fit_with_workers(tmp_path, 2)
+    rows = {n: _rows(tmp_path / f"workers_{n}") for n in (1, 2)}
+    for name in ("collection/adversary/reward/episode_reward_mean", "collection/agent/reward/episode_reward_mean",
+                 "val/adversary/return", "val/agent/return"):
+        values = {n: [r[name] for r in rows[n] if r.get(name)] for n in (1, 2)}
+        assert len(values[1]) == 2 and values[1] == values[2], name
+    for key, value in one.state_dict().items():  # the same data, so the same updates
+        assert torch.equal(value, two.state_dict()[key]), key
+
+
+def test_workers_split_the_envs_evenly():
+    from lit_marl.envs.batching import workers_for
+
+    assert [workers_for(n, 2) for n in (1, 2, 3, 4, 10)] == [1, 2, 1, 2, 2]
+    assert workers_for(12, 5) == 4 and workers_for(7, 3) == 1
+    with pytest.raises(ConfigError, match="task.num_workers: must be a positive integer, got 0"):
+        PettingZooTask("simple_spread", num_workers=0)
+    with pytest.raises(ConfigError, match="task.num_workers: turn-based"):
+        PettingZooTask("connect_four", num_workers=2)

@@ -1,8 +1,9 @@
-"""Batching one-episode simulators (PettingZoo) into ``num_envs`` parallel episodes.
+"""Batching one-episode simulators (PettingZoo, custom envs) into ``num_envs`` parallel episodes.
 
-VMAS steps all its episodes as one tensor batch; most other simulators step one episode per object.
-torchrl's :class:`~torchrl.envs.SerialEnv` steps them one after the other in this process, so algorithms
-see the same ``[num_envs]`` batch as with VMAS.
+VMAS steps all its episodes as one tensor batch; most other simulators step one episode per object. torchrl
+batches those: :class:`~torchrl.envs.SerialEnv` steps them one after the other in this process, and with
+``num_workers > 1`` a :class:`~torchrl.envs.ParallelEnv` of worker processes each steps its share serially.
+Algorithms see the same ``[num_envs]`` batch either way.
 """
 
 from __future__ import annotations
@@ -10,9 +11,75 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torchrl.envs import EnvBase, SerialEnv
+from tensordict import TensorDict, TensorDictBase
+from torchrl.envs import BatchSizeTransform, EnvBase, ParallelEnv, SerialEnv, TransformedEnv
 
 
-def batched_env(make_one: Callable[[], EnvBase], num_envs: int, device: torch.device | str) -> EnvBase:
-    """``num_envs`` copies of ``make_one()`` as one env with batch size ``[num_envs]``."""
-    return SerialEnv(num_envs, make_one, device=device)
+def workers_for(num_envs: int, num_workers: int) -> int:
+    """The processes that step ``num_envs`` episodes: the largest divisor of ``num_envs`` up to ``num_workers``
+    (every worker steps the same number of episodes)."""
+    return max(d for d in range(1, min(num_envs, num_workers) + 1) if num_envs % d == 0)
+
+
+def batched_env(make_one: Callable[[], EnvBase], num_envs: int, device: torch.device | str,
+                num_workers: int = 1) -> EnvBase:
+    """``num_envs`` copies of ``make_one()`` as one env with batch size ``[num_envs]``.
+
+    With ``num_workers > 1``, ``make_one`` must be picklable (a module-level function or a
+    :func:`functools.partial` of one): each worker process builds its own episodes.
+    """
+    workers = workers_for(num_envs, num_workers)
+    if workers == 1:
+        return SerialEnv(num_envs, make_one, device=device)
+    forked_unsafe = torch.cuda.is_available() and torch.cuda.is_initialized()  # fork only where CUDA is not started
+    # num_threads: leave this process's torch threads as they are (ParallelEnv would set workers + 1)
+    env = ParallelEnv(workers, _SerialEnvs(make_one, num_envs // workers), device=device,
+                      mp_start_method="spawn" if forked_unsafe else "fork", num_threads=torch.get_num_threads())
+    return FlatBatchEnv(env)
+
+
+class _SerialEnvs:
+    """Picklable ``lambda: SerialEnv(n, make_one)``: one worker's share of the episodes."""
+
+    def __init__(self, make_one: Callable[[], EnvBase], n: int) -> None:
+        self.make_one = make_one
+        self.n = n
+
+    def __call__(self) -> EnvBase:
+        return SerialEnv(self.n, self.make_one)
+
+
+class FlatBatchEnv(TransformedEnv):
+    """A ``[workers, envs per worker]`` batch seen as ``[num_envs]`` (worker ``w`` holds envs
+    ``w * per_worker … (w + 1) * per_worker - 1``).
+
+    A subclass on purpose: torchrl merges a plain ``TransformedEnv`` wrapped around another into one Compose,
+    whose transforms then all receive the *unflattened* input of the step (BatchSizeTransform reshapes it back
+    for the workers); a stateful transform added later, such as the per-group ``RewardSum`` of
+    :meth:`lit_marl.envs.Task.make_env`, would add ``[workers, per_worker]`` returns to ``[num_envs]`` rewards.
+    torchrl does not merge into subclasses, so transforms added later wrap this env and see ``[num_envs]`` only.
+    """
+
+    def __init__(self, env: ParallelEnv) -> None:
+        super().__init__(env, BatchSizeTransform(reshape_fn=lambda td: td.flatten(0, 1)))
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        # BatchSizeTransform reshapes steps' inputs back to [workers, per_worker] but not a partial reset's: the
+        # "_reset" flags of env e would be read as worker e's. Unflatten them here.
+        workers = self.base_env
+        if tensordict is not None:
+            # only the flags that are set: the entries outer transforms see (e.g. flattened observations) are not
+            # the workers', and ParallelEnv cannot copy an empty group entry onto a group's nested observation
+            flags = TensorDict(batch_size=tensordict.batch_size)
+            for key in self.reset_keys:
+                if key in tensordict.keys(include_nested=True):
+                    flags.set(key, tensordict.get(key))
+            tensordict = flags.unflatten(0, workers.batch_size)
+        tensordict_reset = workers._reset(tensordict, **kwargs)
+        workers._complete_done(workers.full_done_spec, tensordict_reset)
+        return tensordict_reset.flatten(0, 1)
+
+    @property
+    def _envs(self):
+        """Episodes are in worker processes: there is no env object here to render."""
+        return None

@@ -37,11 +37,12 @@ from typing import Any
 import gymnasium as gym
 import torch
 from torchrl.data import Categorical, Composite
-from torchrl.envs import EnvBase, SerialEnv, StepCounter, TransformedEnv
+from torchrl.envs import EnvBase, StepCounter, TransformedEnv
 
 from lit_marl.envs.base import Task
+from lit_marl.envs.batching import batched_env
 from lit_marl.envs.gymnasium import VECTORIZATION, GymnasiumTask
-from lit_marl.envs.pettingzoo import _GROUP_MAP_TYPES, PettingZooEntry, PettingZooTask, wrap_pettingzoo
+from lit_marl.envs.pettingzoo import _GROUP_MAP_TYPES, PettingZooEntry, PettingZooTask, check_workers, wrap_pettingzoo
 from lit_marl.errors import ConfigError, one_of, positive_int
 
 KINDS = ("torchrl", "pettingzoo", "gymnasium")
@@ -119,6 +120,8 @@ class CustomTask(Task):
             (Gymnasium envs report ``info["is_success"]`` by themselves: ``None`` or ``"is_success"``).
         group: Gymnasium envs: the name of the one-agent group.
         vectorization: Gymnasium envs: ``"sync"`` or ``"async"`` (see :class:`~lit_marl.envs.GymnasiumTask`).
+        num_workers: PettingZoo envs and torchrl envs of one episode per object: worker processes that step the
+            episodes (see :class:`~lit_marl.envs.PettingZooTask`); the class must then be importable in them.
 
     Examples:
         >>> task = CustomTask("tests.custom_envs.MatchParallelEnv", max_steps=10)
@@ -136,6 +139,7 @@ class CustomTask(Task):
         success_key: str | None = None,
         group: str = "agent",
         vectorization: str = "sync",
+        num_workers: int = 1,
     ) -> None:
         cls = import_env_class(env_class)
         self.kind = env_kind(cls, env_class)
@@ -149,6 +153,12 @@ class CustomTask(Task):
         self.group = group
         self.vectorization = one_of("task.vectorization", vectorization, VECTORIZATION)
         self._state_key, self._success_key = state_key, success_key
+        self.num_workers = positive_int("task.num_workers", num_workers)
+        if num_workers > 1 and (self.kind == "gymnasium" or (self.kind == "torchrl" and _accepts(cls, "num_envs"))):
+            raise ConfigError(f"task.num_workers: {env_class} is "
+                              + ("a Gymnasium env (use vectorization: async for worker processes)"
+                                 if self.kind == "gymnasium" else "a batched torchrl env (it steps every episode at once)")
+                              + f", got {num_workers}; allowed: 1")
         if self.kind != "pettingzoo" and agent_groups is not None:
             raise ConfigError(f"task.agent_groups: {env_class} is a {self.kind} env, whose groups the env itself "
                               f"defines; allowed: null (agent_groups is for PettingZoo envs)")
@@ -166,7 +176,7 @@ class CustomTask(Task):
                 raise ConfigError(f"task.success_key: {env_class} is a PettingZoo env, which reports no success "
                                   f"flag; allowed: null")
             self._inner = _PettingZooClassTask(cls, env_class, self._max_steps, self.env_kwargs, agent_groups,
-                                               state_key == "state")
+                                               state_key == "state", self.num_workers)
         else:
             if state_key is not None:
                 raise ConfigError(f"task.state_key: {env_class} is a one-agent Gymnasium env; allowed: null")
@@ -218,8 +228,8 @@ class CustomTask(Task):
                                   f"{list(env.batch_size)}; allowed: [num_envs] (or no num_envs argument: one "
                                   f"episode per object)")
         else:
-            env = SerialEnv(num_envs, functools.partial(_make_torchrl_one, self.env_class, self.env_kwargs),
-                            device=device)
+            env = batched_env(functools.partial(_make_torchrl_one, self.env_class, self.env_kwargs), num_envs, device,
+                              num_workers=self.num_workers)
         if seed is not None:
             env.set_seed(seed)
         return TransformedEnv(env, StepCounter(self.max_steps))
@@ -295,7 +305,7 @@ class _PettingZooClassTask(PettingZooTask):
     """PettingZooTask's wrapping (groups, masks for turn-based play) for a user's PettingZoo class."""
 
     def __init__(self, cls: type, path: str, max_steps: int, env_kwargs: dict[str, Any],
-                 agent_groups: str | dict[str, list[str]] | None, return_state: bool) -> None:
+                 agent_groups: str | dict[str, list[str]] | None, return_state: bool, num_workers: int) -> None:
         from pettingzoo.utils.env import AECEnv
 
         self._path, self._kwargs, self._max_steps = path, env_kwargs, max_steps
@@ -307,6 +317,7 @@ class _PettingZooClassTask(PettingZooTask):
                               f"{', '.join(map(repr, _GROUP_MAP_TYPES))} or a mapping of group name to agent names")
         self.agent_groups = agent_groups
         self.return_state = return_state
+        self.num_workers = check_workers(num_workers, self._turn_based)
         try:
             raw = cls(**env_kwargs)
             raw.reset(seed=0)

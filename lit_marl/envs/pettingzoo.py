@@ -124,6 +124,14 @@ def wrap_pettingzoo(raw: Any, turn_based: bool, group_map: Any, return_state: bo
                                  categorical_actions=True, device=device)
 
 
+def check_workers(num_workers: Any, turn_based: bool) -> int:
+    positive_int("task.num_workers", num_workers)
+    if num_workers > 1 and turn_based:
+        raise ConfigError(f"task.num_workers: turn-based (AEC) games run in this process only (torchrl's ParallelEnv "
+                          f"cannot share their nested observation and mask entries), got {num_workers}; allowed: 1")
+    return num_workers
+
+
 class PettingZooTask(Task):
     """A PettingZoo environment with its settings.
 
@@ -142,6 +150,9 @@ class PettingZooTask(Task):
             ``"one_group_per_agent"`` or an explicit ``{group: [agent names]}``.
         return_state: put the env's global state (``state()``) at the root key ``"state"`` for centralised
             critics and mixers; default: where the env offers a usable one (MPE, as BenchMARL).
+        num_workers: worker processes that step the episodes (torchrl ``ParallelEnv``, each worker stepping an
+            equal share serially; ``num_envs`` is split over the largest divisor of it up to ``num_workers``);
+            1 steps them all in this process. Worth it where the simulator, not the networks, takes the time.
         **kwargs: more env arguments, merged into ``task_kwargs`` (Python convenience).
 
     Examples:
@@ -158,6 +169,7 @@ class PettingZooTask(Task):
         task_kwargs: dict[str, Any] | None = None,
         agent_groups: str | dict[str, list[str]] | None = None,
         return_state: bool | None = None,
+        num_workers: int = 1,
         **kwargs: Any,
     ) -> None:
         name = task.rsplit("_v", 1)[0] if task not in PETTINGZOO_TASKS and "_v" in task else task
@@ -197,6 +209,7 @@ class PettingZooTask(Task):
                 f"{', '.join(map(repr, _GROUP_MAP_TYPES))} or a mapping of group name to agent names")
         self.agent_groups = agent_groups
         self.return_state = return_state
+        self.num_workers = check_workers(num_workers, self.turn_based)
 
     # Configurable writes init args back from attributes of the same name (resolved values).
     @property
@@ -246,7 +259,8 @@ class PettingZooTask(Task):
                                  self._group_map_arg(), return_state, str(device))
 
     def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
-        env = batched_env(self._one_episode(self.state_key is not None, device), num_envs, device)
+        env = batched_env(self._one_episode(self.state_key is not None, device), num_envs, device,
+                          num_workers=self.num_workers)
         if seed is not None:
             env.set_seed(seed)
         return TransformedEnv(env, AgentView(env.full_observation_spec, list(self._single_group_map), self.turn_based,

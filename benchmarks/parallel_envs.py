@@ -1,0 +1,78 @@
+"""Collection speed of PettingZoo tasks stepped in this process (1 worker) or in worker processes (torchrl
+ParallelEnv), with MAPPO's policy as lit-marl collects for training.
+
+    OMP_NUM_THREADS=1 python benchmarks/parallel_envs.py --tasks multiwalker simple_spread --workers 1 2
+
+For each task and worker count: build MAPPO (BenchMARL-sized MLPs) and its Sampler, collect one warm-up batch,
+then time ``--iterations`` batches of ``--frames`` frames over ``--num_envs`` envs. Both worker counts alternate
+over ``--rounds`` rounds; the median frames/s is reported. Results go to benchmarks/out/parallel_envs.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from lit_marl.algorithms import MAPPO
+from lit_marl.data.collection import Sampler
+from lit_marl.envs import PettingZooTask
+from lit_marl.models import Mlp
+
+TASKS = {  # task -> PettingZooTask arguments
+    "multiwalker": {"task": "multiwalker", "max_steps": 100},
+    "simple_spread": {"task": "simple_spread", "max_steps": 100, "continuous_actions": True},
+    "pursuit": {"task": "pursuit", "max_steps": 100},
+}
+
+
+def frames_per_second(task_name: str, workers: int, num_envs: int, frames: int, iterations: int) -> float:
+    task = PettingZooTask(**TASKS[task_name], num_workers=workers)
+    model = MAPPO(task, actor_model=Mlp([256, 256]), critic_model=Mlp([256, 256]), frames_per_batch=frames,
+                  num_envs=num_envs)
+    sampler = Sampler(task, model.policy, num_envs=num_envs, frames_per_batch=frames, seed=0)
+    try:
+        with torch.no_grad():
+            sampler.collect(0)  # warm-up: worker start, first resets
+            start = time.perf_counter()
+            for i in range(iterations):
+                sampler.collect(i + 1)
+            return frames * iterations / (time.perf_counter() - start)
+    finally:
+        sampler.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", nargs="+", default=["multiwalker", "simple_spread"], choices=sorted(TASKS))
+    parser.add_argument("--workers", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--num_envs", type=int, default=10)
+    parser.add_argument("--frames", type=int, default=1000)
+    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out" / "parallel_envs.json")
+    args = parser.parse_args()
+    results = {}
+    for task_name in args.tasks:
+        runs: dict[int, list[float]] = {w: [] for w in args.workers}
+        for _ in range(args.rounds):
+            for workers in args.workers:
+                runs[workers].append(frames_per_second(task_name, workers, args.num_envs, args.frames,
+                                                       args.iterations))
+        medians = {w: statistics.median(v) for w, v in runs.items()}
+        base = medians[args.workers[0]]
+        results[task_name] = {"fps": {str(w): v for w, v in runs.items()},
+                              "median_fps": {str(w): m for w, m in medians.items()},
+                              "speedup": {str(w): m / base for w, m in medians.items()}}
+        print(task_name, " ".join(f"{w} worker(s): {m:.0f} fps (x{m / base:.2f})" for w, m in medians.items()),
+              flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
