@@ -14,7 +14,8 @@ lit-marl. Bare and lit-marl alternate (bare, lit, bare, lit, …) so drift of th
 
 Writes benchmarks/out/throughput.json: per algorithm, whole-run frames/s (the clock starts before the envs are
 built on both sides) and steady-state collection/training seconds per iteration (median, first iteration
-excluded). lit-marl runs as `lit-marl fit` would: CSV logger, progress bar, last.ckpt checkpoint.
+excluded). lit-marl runs as `lit-marl fit` would: CSV logger, progress bar, and `lit-marl fit`'s checkpoint
+settings (every 20 iterations and `last.ckpt`, with the replay buffers).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from torchrl.modules import AdditiveGaussianModule, MultiAgentMLP, Probabilistic
 from torchrl.objectives import ClipPPOLoss, DDPGLoss, SACLoss, SoftUpdate, ValueEstimators
 
 from lit_marl.algorithms import MADDPG, MAPPO, MASAC
+from lit_marl.cli import CHECKPOINT_DEFAULTS
 from lit_marl.envs import VmasTask
 
 SCENARIO_KWARGS = {"n_agents": 4, "package_mass": 5, "random_package_pos_on_line": True}
@@ -49,6 +51,8 @@ FRAMES, ENVS, LR, EPS, CLIP, GAMMA = 6000, 10, 5e-5, 1e-6, 5.0, 0.99
 EPOCHS, MINIBATCH = 45, 400  # on-policy
 STEPS, BATCH, MEMORY, TAU = 1000, 128, 1_000_000, 0.005  # off-policy
 G = "agents"
+#: lit-marl fit's checkpoint settings (every 20 iterations and at the end: last.ckpt, with replay buffers)
+CHECKPOINTS = {key.split(".", 1)[1]: value for key, value in CHECKPOINT_DEFAULTS.items()}
 MLP = {"num_cells": [256, 256], "activation_class": nn.Tanh}
 
 
@@ -201,7 +205,7 @@ def bare_masac(iterations: int, seed: int) -> dict:
 
 # ---------------------------------------------------------------------------------------------- lit-marl
 def lit_marl(algorithm: str, iterations: int, seed: int, workdir: Path) -> dict:
-    """The lit-marl algorithm as `lit-marl fit` runs it: CSV logger, checkpoint, progress bar, clipping."""
+    """The lit-marl algorithm as `lit-marl fit` runs it: CSV logger, its checkpoint settings, progress bar, clipping."""
     pl.seed_everything(seed, verbose=False)
     task = VmasTask("balance", max_steps=100, scenario_kwargs=SCENARIO_KWARGS)
     common = dict(frames_per_batch=FRAMES, num_envs=ENVS, lr=LR, adam_eps=EPS, seed=seed,
@@ -214,7 +218,7 @@ def lit_marl(algorithm: str, iterations: int, seed: int, workdir: Path) -> dict:
                     **common)
     trainer = pl.Trainer(max_epochs=-1, gradient_clip_val=CLIP, check_val_every_n_epoch=10_000, num_sanity_val_steps=0,
                          logger=pl.loggers.CSVLogger(workdir, name=f"throughput_{algorithm}"), default_root_dir=workdir,
-                         callbacks=[pl.callbacks.ModelCheckpoint(save_last=True)], enable_model_summary=False,
+                         callbacks=[pl.callbacks.ModelCheckpoint(**CHECKPOINTS)], enable_model_summary=False,
                          log_every_n_steps=1)
     trainer.fit(model)
     with open(Path(trainer.logger.log_dir) / "metrics.csv") as f:

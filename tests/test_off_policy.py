@@ -276,3 +276,20 @@ def test_disk_buffer_lives_in_the_run_folder(tmp_path):
     assert trainer.log_dir == str(tmp_path / "run" / "version_0")
     assert any(folder.rglob("*.memmap")), list(folder.rglob("*"))
     assert len(model.replay_buffers()["agents"]) == 40
+
+
+def test_the_actors_tanh_head_maps_like_torchrls_tanh_module():
+    from torchrl.data import Bounded
+    from torchrl.modules import TanhModule
+
+    from lit_marl.algorithms.common import TanhBounded
+
+    spec = Bounded(low=torch.tensor([-1.0, 0.0]), high=torch.tensor([2.0, 5.0]), shape=(2,))
+    x = 3 * torch.randn(64, 2)
+    expected = TanhModule(in_keys=["p"], out_keys=["a"], spec=spec)(TensorDict({"p": x}, [64]))["a"]
+    torch.testing.assert_close(TanhBounded(spec.space.low, spec.space.high)(x), expected)
+    model = MADDPG(tiny_task(), **ddpg_kwargs())
+    td = model.task.make_env(4, seed=0).reset()
+    action = model.policies["agents"](td)["agents", "action"]
+    low, high = model.task.specs.group_action_spec("agents").space.low, model.task.specs.group_action_spec("agents").space.high
+    assert ((action >= low) & (action <= high)).all()

@@ -16,6 +16,18 @@ from lit_marl.models import ModelConfig, ModelInputs
 MASKED_LOGIT = -1e9
 
 
+class TanhBounded(nn.Module):
+    """``tanh`` mapped onto ``[low, high]`` (per action dim): what torchrl's ``TanhModule`` computes, as a head."""
+
+    def __init__(self, low: torch.Tensor, high: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("low", torch.as_tensor(low, dtype=torch.float32).clone())
+        self.register_buffer("high", torch.as_tensor(high, dtype=torch.float32).clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.low + (self.high - self.low) * (x.tanh() + 1) / 2
+
+
 class FromState(nn.Module):
     """A value per agent from the global state (and optionally all agents' actions): ``-> [*B, n_agents, 1]``."""
 

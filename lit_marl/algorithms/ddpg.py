@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from tensordict.nn import TensorDictModule, TensorDictSequential
+from tensordict.nn import TensorDictModuleBase
 from torch import nn
-from torchrl.modules import AdditiveGaussianModule, TanhModule
+from torchrl.modules import AdditiveGaussianModule
 from torchrl.objectives import DDPGLoss, ValueEstimators
 from typing_extensions import override
 
-from lit_marl.algorithms.common import q_critic
+from lit_marl.algorithms.common import TanhBounded, q_critic
 from lit_marl.algorithms.off_policy import OffPolicyAlgorithm
 from lit_marl.envs.base import Task
 from lit_marl.errors import one_of
@@ -104,16 +104,14 @@ class DDPG(OffPolicyAlgorithm):
 
     # ------------------------------------------------------------------ networks
     @override
-    def _build_policy(self, group: str) -> TensorDictSequential:
+    def _build_policy(self, group: str) -> TensorDictModuleBase:
         action_spec = self.task.specs.group_action_spec(group)
-        out = (group, "param") if self.use_tanh_mapping else (group, "action")
-        module = self.actor_model.build_module(ModelInputs.of(self.task, group), [out], action_spec.shape[-1],
-                                               centralised=False, share_params=self.share_policy_params)
-        if not self.use_tanh_mapping:
-            return TensorDictSequential(module)
-        return TensorDictSequential(
-            module, TanhModule(in_keys=[(group, "param")], out_keys=[(group, "action")], spec=action_spec)
-        )
+        # the tanh squashing is the network's head, not a module of its own: the actor runs on every optimizer step
+        # (and again for the targets), and each TensorDict module call costs tens of microseconds
+        head = TanhBounded(action_spec.space.low, action_spec.space.high) if self.use_tanh_mapping else None
+        return self.actor_model.build_module(ModelInputs.of(self.task, group), [(group, "action")],
+                                             action_spec.shape[-1], centralised=False,
+                                             share_params=self.share_policy_params, head=head)
 
     @override
     def _build_exploration(self, group: str) -> AdditiveGaussianModule:
@@ -123,7 +121,7 @@ class DDPG(OffPolicyAlgorithm):
         )
 
     @override
-    def _build_critic(self, group: str) -> TensorDictSequential | TensorDictModule:
+    def _build_critic(self, group: str) -> TensorDictModuleBase:
         return q_critic(self.task, group, self.critic_model, self.centralised_critic, self.share_param_critic)
 
     @override
