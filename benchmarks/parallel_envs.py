@@ -4,7 +4,7 @@ ParallelEnv), with MAPPO's policy as lit-marl collects for training.
     OMP_NUM_THREADS=1 python benchmarks/parallel_envs.py --tasks multiwalker simple_spread --workers 1 2
 
 For each task and worker count: build MAPPO (BenchMARL-sized MLPs) and its Sampler, collect one warm-up batch,
-then time ``--iterations`` batches of ``--frames`` frames over ``--num_envs`` envs. Both worker counts alternate
+(``--policy random``: the envs alone), then time ``--iterations`` batches of ``--frames`` frames over ``--num_envs`` envs. Both worker counts alternate
 over ``--rounds`` rounds; the median frames/s is reported. Results go to benchmarks/out/parallel_envs.json.
 """
 
@@ -27,13 +27,25 @@ TASKS = {  # task -> PettingZooTask arguments
     "multiwalker": {"task": "multiwalker", "max_steps": 100},
     "simple_spread": {"task": "simple_spread", "max_steps": 100, "continuous_actions": True},
     "pursuit": {"task": "pursuit", "max_steps": 100},
+    "battle": {"task": "battle", "max_steps": 100, "task_kwargs": {"map_size": 30}},  # ~70 agents, slow steps
 }
 
 
-def frames_per_second(task_name: str, workers: int, num_envs: int, frames: int, iterations: int) -> float:
+def frames_per_second(task_name: str, workers: int, num_envs: int, frames: int, iterations: int,
+                      policy: str) -> float:
     task = PettingZooTask(**TASKS[task_name], num_workers=workers)
+    if policy == "random":  # the envs alone: random actions from the specs, no networks
+        env = task.make_env(num_envs=num_envs, seed=0)
+        try:
+            env.rollout(frames // num_envs, break_when_any_done=False)  # warm-up
+            start = time.perf_counter()
+            for _ in range(iterations):
+                env.rollout(frames // num_envs, break_when_any_done=False)
+            return frames * iterations / (time.perf_counter() - start)
+        finally:
+            env.close()
     model = MAPPO(task, actor_model=Mlp([256, 256]), critic_model=Mlp([256, 256]), frames_per_batch=frames,
-                  num_envs=num_envs)
+                  num_envs=num_envs, minibatch_size=min(400, frames))
     sampler = Sampler(task, model.policy, num_envs=num_envs, frames_per_batch=frames, seed=0)
     try:
         with torch.no_grad():
@@ -54,15 +66,18 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=1000)
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out" / "parallel_envs.json")
+    parser.add_argument("--policy", choices=["mappo", "random"], default="mappo",
+                        help="mappo: collect with MAPPO's policy through lit-marl's Sampler; random: the envs alone")
+    parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/out/parallel_envs_<policy>.json")
     args = parser.parse_args()
+    args.out = args.out or Path(__file__).parent / "out" / f"parallel_envs_{args.policy}.json"
     results = {}
     for task_name in args.tasks:
         runs: dict[int, list[float]] = {w: [] for w in args.workers}
         for _ in range(args.rounds):
             for workers in args.workers:
                 runs[workers].append(frames_per_second(task_name, workers, args.num_envs, args.frames,
-                                                       args.iterations))
+                                                       args.iterations, args.policy))
         medians = {w: statistics.median(v) for w, v in runs.items()}
         base = medians[args.workers[0]]
         results[task_name] = {"fps": {str(w): v for w, v in runs.items()},

@@ -68,8 +68,8 @@ class FlatBatchEnv(TransformedEnv):
         # "_reset" flags of env e would be read as worker e's. Unflatten them here.
         workers = self.base_env
         if tensordict is not None:
-            # only the flags that are set: the entries outer transforms see (e.g. flattened observations) are not
-            # the workers', and ParallelEnv cannot copy an empty group entry onto a group's nested observation
+            # only the reset flags the caller set: the other entries are what outer transforms made of the workers'
+            # data (e.g. flattened observations) and must not be copied into the workers' shared buffers
             flags = TensorDict(batch_size=tensordict.batch_size)
             for key in self.reset_keys:
                 if key in tensordict.keys(include_nested=True):
