@@ -508,20 +508,18 @@ class MarlAlgorithm(pl.LightningModule, ABC):
             params = [p for p in param_group["params"] if p.grad is not None]
             if not params:
                 continue
-            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params])
-            if not torch.isfinite(grad_norm):
-                if self._numerical_fault(f"gradient of {param_group['name']} is {grad_norm.item()} (norm)",
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params])  # once: checked, clipped with, logged
+            if not torch.isfinite(norm):
+                if self._numerical_fault(f"gradient of {param_group['name']} is {norm.item()} (norm)",
                                          self.trainer.fit_loop.epoch_loop.batch_idx):
                     for group in optimizer.param_groups:  # Adam leaves parameters without a gradient alone
                         for p in group["params"]:
                             p.grad = None
                     return
             if gradient_clip_val is not None and gradient_clip_algorithm == "value":
-                norm = torch.nn.utils.get_total_norm([p.grad for p in params])
                 torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
-            else:
-                max_norm = float("inf") if gradient_clip_val is None else float(gradient_clip_val)
-                norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+            elif gradient_clip_val is not None:
+                torch.nn.utils.clip_grads_with_norm_(params, float(gradient_clip_val), norm)
             self._record(f"train/{param_group['name']}/grad_norm", norm)
 
     def _record(self, name: str, value: torch.Tensor | float) -> None:
