@@ -58,14 +58,15 @@ class Task(Configurable, ABC):
         """``family/scenario``, used in run names and checkpoint compatibility checks."""
 
     @property
-    @abstractmethod
     def max_steps(self) -> int:
-        """Episode length limit (steps)."""
+        """Episode length limit (steps); subclasses keep it in ``_max_steps`` (or override this)."""
+        return self._max_steps
 
     @property
-    @abstractmethod
     def continuous_actions(self) -> bool:
-        """Whether the task is configured with continuous (True) or discrete (False) actions."""
+        """Whether the task is configured with continuous (True) or discrete (False) actions; subclasses keep it
+        in ``_continuous_actions`` (or override this)."""
+        return self._continuous_actions
 
     @abstractmethod
     def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:

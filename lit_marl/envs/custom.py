@@ -190,10 +190,6 @@ class CustomTask(Task):
 
     # Configurable writes init args back from attributes of the same name.
     @property
-    def max_steps(self) -> int:
-        return self._max_steps
-
-    @property
     def continuous_actions(self) -> bool:
         return self._continuous if self._inner is None else self._inner.continuous_actions
 

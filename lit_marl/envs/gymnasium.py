@@ -79,10 +79,6 @@ class GymnasiumTask(Task):
                               f"(continuous) or Discrete")
 
     @property
-    def max_steps(self) -> int:
-        return self._max_steps
-
-    @property
     def continuous_actions(self) -> bool:
         return isinstance(self._spaces[1], gym.spaces.Box)
 

@@ -211,15 +211,6 @@ class PettingZooTask(Task):
         self.return_state = return_state
         self.num_workers = check_workers(num_workers, self.turn_based)
 
-    # Configurable writes init args back from attributes of the same name (resolved values).
-    @property
-    def max_steps(self) -> int:
-        return self._max_steps
-
-    @property
-    def continuous_actions(self) -> bool:
-        return self._continuous_actions
-
     @property
     def name(self) -> str:
         return f"pettingzoo/{self.task}"

@@ -72,15 +72,6 @@ class VmasTask(Task):
         self._continuous_actions = bool(continuous_actions)
         self.scenario_kwargs = {**(scenario_kwargs or {}), **kwargs}
 
-    # Configurable reads init args back from attributes of the same name.
-    @property
-    def max_steps(self) -> int:
-        return self._max_steps
-
-    @property
-    def continuous_actions(self) -> bool:
-        return self._continuous_actions
-
     @property
     def name(self) -> str:
         return f"vmas/{self.scenario}"
