@@ -150,7 +150,9 @@ class PPO(OnPolicyAlgorithm):
 
     @override
     def loss(self, group: str, batch: TensorDictBase) -> TensorDictBase:
-        with sequence_mode(self.recurrent):
+        if not self.recurrent:  # no context to enter on every minibatch of a feed-forward model
+            return super().loss(group, batch)
+        with sequence_mode():
             return super().loss(group, batch)
 
     # ------------------------------------------------------------------ networks
