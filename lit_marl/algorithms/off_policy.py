@@ -307,11 +307,14 @@ class OffPolicyAlgorithm(MarlAlgorithm):
             return
         for group, updater in self._target_updaters.items():
             if self.use_prioritized_replay_buffer:
-                # a transition's priority is the largest TD error among the group's agents
                 sample = batch.get(group)
-                td_error = sample.get((group, "td_error")).reshape(sample.batch_size[0], -1).amax(-1)
-                self.replay_buffers()[group].update_priority(sample.get("index"), td_error)
+                self.replay_buffers()[group].update_priority(sample.get("index"), self.priorities(group, sample))
             updater.step()
+
+    def priorities(self, group: str, sample: TensorDictBase) -> torch.Tensor:
+        """The new priority of each transition of ``group``'s sample ``[n]`` after its update: the largest TD
+        error among the group's agents."""
+        return sample.get((group, "td_error")).reshape(sample.batch_size[0], -1).amax(-1)
 
     # ------------------------------------------------------------------ checkpoints
     @override

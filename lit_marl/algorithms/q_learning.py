@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
+import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
@@ -197,16 +198,10 @@ class QLearning(OffPolicyAlgorithm):
         return list(dict.fromkeys(keys))
 
     @override
-    def on_train_batch_end(self, outputs, batch: TensorDictBase, batch_idx: int) -> None:
-        if self.use_prioritized_replay_buffer and self.mixer is not None:
-            for group in self.groups:  # one TD error per transition already: the team's
-                sample = batch.get(group)
-                self.replay_buffers()[group].update_priority(sample.get("index"),
-                                                             sample.get((_team(group), "td_error")).reshape(-1))
-            for updater in self._target_updaters.values():
-                updater.step()
-            return
-        super().on_train_batch_end(outputs, batch, batch_idx)
+    def priorities(self, group: str, sample: TensorDictBase) -> torch.Tensor:
+        if self.mixer is None:
+            return super().priorities(group, sample)
+        return sample.get((_team(group), "td_error")).reshape(-1)  # one TD error per transition: the team's
 
 
 def _team(group: str) -> str:

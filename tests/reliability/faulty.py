@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from lit_marl.algorithms import MAPPO
+from lit_marl.algorithms import MADDPG, MAPPO, QMIX, VDN
 
 
-class FaultyMAPPO(MAPPO):
-    """MAPPO whose loss goes wrong in chosen iterations (1-based).
+class FaultyLoss:
+    """Mixin: the algorithm's loss goes wrong in chosen iterations (1-based).
 
     Args:
         fault_iterations: iterations whose optimizer steps see the fault.
@@ -34,10 +34,27 @@ class FaultyMAPPO(MAPPO):
             return terms
         self._faulty_steps += 1
         if self.fault == "nan_loss":
-            terms["loss_critic"] = terms["loss_critic"] * float("nan")
+            name = next(n for n in ("loss_critic", "loss_value", "loss") if n in terms.keys())
+            terms[name] = terms[name] * float("nan")
         elif self.fault == "inf_loss":
             terms["loss_objective"] = terms["loss_objective"] + float("inf")
         else:
             actor_weight = next(self.policies[group].parameters())
             terms["loss_sqrt"] = torch.sqrt(0.0 * actor_weight.sum())
         return terms
+
+
+class FaultyMAPPO(FaultyLoss, MAPPO):
+    """MAPPO with :class:`FaultyLoss`."""
+
+
+class FaultyVDN(FaultyLoss, VDN):
+    """VDN with :class:`FaultyLoss` (``nan_loss`` only)."""
+
+
+class FaultyQMIX(FaultyLoss, QMIX):
+    """QMIX with :class:`FaultyLoss` (``nan_loss`` only)."""
+
+
+class FaultyMADDPG(FaultyLoss, MADDPG):
+    """MADDPG with :class:`FaultyLoss` (``nan_loss`` only)."""

@@ -147,3 +147,54 @@ def test_non_finite_weights_stop_before_the_iterations_checkpoint(tmp_path):
     saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
     assert saved["lit_marl"]["iteration"] == 1
     assert all(torch.isfinite(v).all() for v in saved["state_dict"].values())
+
+
+class PriorityAndTargetWatch(Callback):
+    """Per iteration, after its collection (first minibatch) and at its end: each group's priorities of the
+    transitions stored before the iteration, its target networks and its target updater's step count."""
+
+    def __init__(self):
+        self.start, self.end = {}, {}
+
+    def _state(self, pl_module, filled):
+        state = {}
+        for group, buffer in pl_module.replay_buffers().items():
+            loss = pl_module.losses[group]
+            targets = {k: v.detach().clone() for k, v in loss.named_buffers() if "target_" in k}
+            updater = pl_module._target_updaters[group]
+            state[group] = (buffer.sampler.state_dict()["priority"][:filled].clone(), targets,
+                            getattr(updater, "counter", None))
+        return state
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if batch_idx == 0:
+            self.filled = pl_module.frames - pl_module.frames_per_batch  # stored before this iteration
+            self.start[pl_module.iteration + 1] = self._state(pl_module, self.filled)
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.end[pl_module.iteration + 1] = self._state(pl_module, self.filled)
+
+
+@pytest.mark.parametrize("algorithm", ["FaultyVDN", "FaultyQMIX", "FaultyMADDPG"])
+def test_skipped_update_writes_no_priorities_and_moves_no_targets(tmp_path, algorithm):
+    from tests.reliability import faulty
+
+    pl.seed_everything(0)
+    kwargs = dict(frames_per_batch=40, num_envs=4, n_optimizer_steps=3, train_batch_size=16, memory_size=1000,
+                  max_frames=400, evaluation_episodes=4, use_prioritized_replay_buffer=True, fault_iterations=[2])
+    if algorithm == "FaultyMADDPG":
+        task, kwargs = tiny_task(), {**kwargs, "soft_target_update": True}
+    else:
+        task = tiny_task("navigation", continuous_actions=False)
+    model = getattr(faulty, algorithm)(task, **kwargs)
+    model.nan_policy = "skip"
+    watch = PriorityAndTargetWatch()
+    trainer = tiny_trainer(tmp_path, max_epochs=3, callbacks=[watch], check_val_every_n_epoch=10)
+    trainer.fit(model)
+    for group in model.groups:
+        for iteration, moved in ((2, False), (3, True)):  # iteration 2 skipped every update, 3 did not
+            (p0, t0, c0), (p1, t1, c1) = watch.start[iteration][group], watch.end[iteration][group]
+            assert torch.equal(p0, p1) != moved, (iteration, "priorities")
+            assert all(torch.equal(t0[k], t1[k]) for k in t0) != moved, (iteration, "targets")
+            if c0 is not None:
+                assert (c0 == c1) != moved, (iteration, "updater steps")
