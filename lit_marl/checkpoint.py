@@ -13,6 +13,7 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from lit_marl import __version__
+from lit_marl.atomic import atomic_target
 from lit_marl.errors import CheckpointError
 
 #: version of the ``checkpoint["lit_marl"]`` layout
@@ -24,20 +25,13 @@ LIGHTNING_CKPT_ALIASES = ("last", "best", "hpc", "registry")
 
 
 def _atomic_torch_save(obj: Any, path: Path) -> None:
-    """``torch.save`` to ``.<name>.tmp-<pid>`` then rename over ``path``: never a half-written file."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    """``torch.save`` through :func:`~lit_marl.atomic.atomic_target`: never a half-written file."""
     try:
-        with open(tmp, "wb") as f:
+        with atomic_target(path) as tmp, open(tmp, "wb") as f:
             torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
     except OSError as err:  # disk full, read-only, no permission: name the checkpoint, not the temp file
         kept = "the previous one is intact" if path.exists() else "none was there before"
         raise OSError(err.errno, f"{err.strerror or err} (checkpoint not written; {kept})", str(path)) from err
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -221,18 +215,10 @@ def _atomic_csv_rewrite(self, fieldnames: list[str]) -> None:
     path = Path(self.metrics_file_path)
     with open(path, newline="") as f:
         metrics = list(csv.DictReader(f))
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=fieldnames)
-            writer.writeheader()
-            writer.writerows(metrics)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_target(path) as tmp, open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fieldnames)
+        writer.writeheader()
+        writer.writerows(metrics)
 
 
 def atomic_csv_rewrites(logger: Any) -> None:

@@ -28,6 +28,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from tensordict import TensorDict, TensorDictBase
 from typing_extensions import override
 
+from lit_marl.atomic import atomic_target
 from lit_marl.callbacks import MarlCallback
 from lit_marl.errors import ConfigError
 from lit_marl.evaluation.episodes import episode_records
@@ -279,9 +280,8 @@ def export_rollouts(module, batches: list[dict[str, int]], rollouts: list[Tensor
         rollout.set(("episode", "env_index"), torch.arange(n).unsqueeze(-1).expand(n, steps).clone())
         parts.append(rollout)
     data = torch.cat(parts, 0) if len(parts) > 1 else parts[0]
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    data.memmap(prefix=tmp)
-    os.replace(tmp, path)
+    with atomic_target(path, overwrite=False) as tmp:
+        data.memmap(prefix=tmp)
     return path
 
 
@@ -293,8 +293,8 @@ def load_episodes(path: str | os.PathLike) -> TensorDictBase:
 # ------------------------------------------------------------------------------------------- Python API
 def algorithms_by_name() -> dict[str, type]:
     """lit-marl's algorithm classes by ``algorithm_name``."""
-    from lit_marl.algorithms.base import MarlAlgorithm
     import lit_marl.algorithms  # noqa: F401  (imports every algorithm)
+    from lit_marl.algorithms.base import MarlAlgorithm
 
     found, pending = {}, list(MarlAlgorithm.__subclasses__())
     while pending:

@@ -15,6 +15,7 @@ import lightning.pytorch as pl
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from lit_marl.atomic import atomic_target
 from lit_marl.callbacks import MarlCallback
 from lit_marl.errors import ConfigError
 
@@ -41,10 +42,8 @@ class CollectionExport(MarlCallback):
         if target.exists():
             raise ConfigError(f"collection_export.folder: {str(target)!r} already exists and is not overwritten; "
                               f"allowed: a new folder")
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{target.name}.tmp-{os.getpid()}"
-        batch.detach().to("cpu").memmap(prefix=tmp)
-        os.replace(tmp, target)
+        with atomic_target(target, overwrite=False) as tmp:
+            batch.detach().to("cpu").memmap(prefix=tmp)
 
 
 def load_collections(folder: str | os.PathLike) -> TensorDictBase:

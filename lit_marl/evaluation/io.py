@@ -3,51 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from lit_marl.atomic import write_atomic, write_json  # noqa: F401  (re-exported: result writers import them here)
 from lit_marl.errors import ConfigError
-
-
-def write_atomic(path: str | os.PathLike, data: bytes | str, overwrite: bool = False) -> Path:
-    """Write ``data`` to ``.<name>.tmp-<pid>`` then rename it to ``path``: a reader never sees half a file.
-    An existing ``path`` is refused unless ``overwrite`` (then it is replaced in one step)."""
-    path = Path(path)
-    if not overwrite and path.exists():
-        raise ConfigError(f"output: {str(path)!r} already exists and is not overwritten; allowed: a new path")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        if not overwrite and path.exists():  # appeared while writing
-            raise ConfigError(f"output: {str(path)!r} already exists and is not overwritten; allowed: a new path")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
-
-
-def write_json(path: str | os.PathLike, obj: Any, overwrite: bool = False) -> Path:
-    """``obj`` as indented JSON, atomically (NaN/inf become ``null``: strict JSON readers refuse them)."""
-    return write_atomic(path, json.dumps(_finite(obj), indent=2) + "\n", overwrite=overwrite)
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 def new_folder(parent: str | os.PathLike, name: str | None = None) -> Path:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from lit_marl.atomic import atomic_target
 from lit_marl.errors import ConfigError
 from lit_marl.evaluation import statistics as st
 from lit_marl.evaluation.io import write_atomic, write_json
@@ -238,9 +239,8 @@ def _pyplot():
 
 
 def _save(fig, path: Path) -> None:
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
-    fig.savefig(tmp, dpi=120, bbox_inches="tight")
-    os.replace(tmp, path)
+    with atomic_target(path) as tmp:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")
 
 
 def plots(result: dict[str, Any], out: Path) -> list[Path]:

@@ -19,6 +19,7 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from lit_marl.atomic import atomic_target
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError
 from lit_marl.evaluation.episodes import first_done, first_episode_mask
@@ -52,25 +53,19 @@ def encode_mp4(path: str | os.PathLike, frames: Sequence[np.ndarray], fps: int =
     path = Path(path)
     if path.exists():
         raise ConfigError(f"videos: {str(path)!r} already exists and is not overwritten")
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}-{threading.get_ident()}{path.suffix}")
     height, width = frames[0].shape[:2]
     height, width = height + height % 2, width + width % 2  # yuv420p needs even sizes
-    try:
-        with av.open(str(tmp), mode="w") as container:
-            stream = container.add_stream("libx264", rate=int(fps))
-            stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-            for frame in frames:
-                frame = np.ascontiguousarray(frame[..., :3], dtype=np.uint8)
-                if frame.shape[:2] != (height, width):
-                    frame = np.pad(frame, ((0, height - frame.shape[0]), (0, width - frame.shape[1]), (0, 0)))
-                for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
-                    container.mux(packet)
-            for packet in stream.encode():
+    with atomic_target(path, overwrite=False) as tmp, av.open(str(tmp), mode="w") as container:
+        stream = container.add_stream("libx264", rate=int(fps))
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for frame in frames:
+            frame = np.ascontiguousarray(frame[..., :3], dtype=np.uint8)
+            if frame.shape[:2] != (height, width):
+                frame = np.pad(frame, ((0, height - frame.shape[0]), (0, width - frame.shape[1]), (0, 0)))
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
                 container.mux(packet)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+        for packet in stream.encode():
+            container.mux(packet)
     return path
 
 

@@ -43,11 +43,11 @@ def _dying_replace(src, dst):
 
 _real_replace = os.replace
 if sys.argv[1].startswith("after:"):
-    from lit_marl import checkpoint
+    from lit_marl import atomic  # every atomic write renames through this module
 
-    checkpoint.os = type(os)("os_with_dying_replace")
-    checkpoint.os.__dict__.update(os.__dict__)
-    checkpoint.os.replace = _dying_replace
+    atomic.os = type(os)("os_with_dying_replace")
+    atomic.os.__dict__.update(os.__dict__)
+    atomic.os.replace = _dying_replace
 else:
     torch.save = _dying_save
 main(sys.argv[2:])
