@@ -93,23 +93,6 @@ class _OnDevice(TensorDictModuleBase):
         return tensordict.update(out.select(*self.out_keys, strict=False).to(self.env_device))
 
 
-def _algorithm_classes() -> list[type[MarlAlgorithm]]:
-    """lit-marl's concrete algorithm classes (those with an ``algorithm_name``)."""
-    found, pending = [], list(MarlAlgorithm.__subclasses__())
-    while pending:
-        cls = pending.pop()
-        pending.extend(cls.__subclasses__())
-        if cls.algorithm_name and cls.__module__.startswith("lit_marl.") and cls not in found:
-            found.append(cls)
-    return found
-
-
-def _algorithms_for(continuous: bool) -> list[str]:
-    """Names of lit-marl's algorithms that take such actions."""
-    return sorted({cls.__name__ for cls in _algorithm_classes()
-                   if (cls.supports_continuous_actions if continuous else cls.supports_discrete_actions)})
-
-
 class MarlAlgorithm(pl.LightningModule, ABC):
     """Base of every lit-marl algorithm.
 
@@ -185,7 +168,9 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         self.critic_model = instantiate(critic_model if critic_model is not None else Mlp(), ModelConfig, "critic_model")
         for field in ("actor_model", "critic_model"):
             if getattr(self, field).is_recurrent and not self.supports_recurrent:
-                fitting = ", ".join(sorted(c.__name__ for c in _algorithm_classes() if c.supports_recurrent))
+                from lit_marl.algorithms.registry import algorithm_names
+
+                fitting = ", ".join(algorithm_names(supports_recurrent=True))
                 raise ConfigError(
                     f"{field}: {type(getattr(self, field)).__name__} is recurrent, and {type(self).__name__} cannot "
                     f"train recurrent networks yet; allowed: a feed-forward model (Mlp, Cnn, DeepSets, Gnn), or an "
@@ -264,11 +249,14 @@ class MarlAlgorithm(pl.LightningModule, ABC):
 
     # ------------------------------------------------------------------ checks
     def _check_action_space(self) -> None:
+        from lit_marl.algorithms.registry import algorithm_names  # the registry imports every algorithm
+
         continuous = self.task.continuous_actions
         if (self.supports_continuous_actions if continuous else self.supports_discrete_actions):
             return
         kind, other = ("continuous", "discrete") if continuous else ("discrete", "continuous")
-        fitting = ", ".join(_algorithms_for(continuous)) or "none yet"
+        flag = "supports_continuous_actions" if continuous else "supports_discrete_actions"
+        fitting = ", ".join(algorithm_names(**{flag: True})) or "none yet"
         raise ConfigError(
             f"task.continuous_actions: {type(self).__name__} needs {other} actions, but the task {self.task.name} "
             f"has {kind} actions; allowed: continuous_actions={str(not continuous).lower()}, or an algorithm for "

@@ -170,7 +170,7 @@ class Benchmark:
         except (ImportError, AttributeError, ValueError):
             algorithm = None
         if not (isinstance(algorithm, type) and issubclass(algorithm, MarlAlgorithm) and algorithm.algorithm_name):
-            from lit_marl.evaluation.evaluate import algorithms_by_name
+            from lit_marl.algorithms.registry import algorithms_by_name
 
             known = ", ".join(f"{c.__module__}.{c.__name__}" for c in algorithms_by_name().values())
             raise ConfigError(f"algorithms.{name}: unknown algorithm class_path {class_path!r} in {value['config']}; "

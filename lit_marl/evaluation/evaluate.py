@@ -28,6 +28,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from tensordict import TensorDict, TensorDictBase
 from typing_extensions import override
 
+from lit_marl.algorithms.registry import algorithm_class
 from lit_marl.atomic import atomic_target
 from lit_marl.callbacks import MarlCallback
 from lit_marl.errors import ConfigError
@@ -291,28 +292,6 @@ def load_episodes(path: str | os.PathLike) -> TensorDictBase:
 
 
 # ------------------------------------------------------------------------------------------- Python API
-def algorithms_by_name() -> dict[str, type]:
-    """lit-marl's algorithm classes by ``algorithm_name``."""
-    import lit_marl.algorithms  # noqa: F401  (imports every algorithm)
-    from lit_marl.algorithms.base import MarlAlgorithm
-
-    found, pending = {}, list(MarlAlgorithm.__subclasses__())
-    while pending:
-        cls = pending.pop()
-        pending.extend(cls.__subclasses__())
-        if cls.algorithm_name and cls.__module__.startswith("lit_marl."):
-            found.setdefault(cls.algorithm_name, cls)
-    return dict(sorted(found.items()))
-
-
-def algorithm_class(name: str) -> type:
-    """The lit-marl algorithm class whose ``algorithm_name`` is ``name``."""
-    found = algorithms_by_name()
-    if name not in found:
-        raise ConfigError(f"algorithm: {name!r} is not a lit-marl algorithm; allowed: {', '.join(found)}")
-    return found[name]
-
-
 def evaluate_checkpoint(ckpt_path: str | os.PathLike, episodes: int | None = None, videos: int = 0,
                         deterministic: bool | None = None, start_seed: int | None = None,
                         batch_size: int | None = None, output_dir: str | os.PathLike | None = None,
