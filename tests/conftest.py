@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 
 os.environ.setdefault("PYTHONHASHSEED", "0")
+# Subprocesses (``lit-marl …``) import lit_marl from this checkout too, not from wherever it was pip-installed from.
+os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
 def tiny_task(scenario: str = "simple_spread", max_steps: int = 10, **kwargs) -> VmasTask:
