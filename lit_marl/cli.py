@@ -259,7 +259,10 @@ WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPE
 
 
 def _find_config_error(err: BaseException | None) -> ConfigError | None:
-    """The ConfigError behind ``err`` (jsonargparse wraps errors raised while instantiating classes)."""
+    """The ConfigError behind ``err``. jsonargparse wraps errors raised while it instantiates the model (subclass mode:
+    ``adapt_typehints`` → ``raise_union_unexpected_value``, "Does not validate against any of the Union subtypes")
+    in a ValueError whose ``__cause__`` is the ConfigError; a task's, and a simulator's refusal of the task's
+    arguments (``Task.probing``), arrive the same way."""
     seen = set()
     while err is not None and id(err) not in seen:
         if isinstance(err, ConfigError):

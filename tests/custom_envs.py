@@ -189,6 +189,24 @@ class ReachGymEnv(gym.Env):
         return np.array([self.x], dtype=np.float32), float(success), success, False, {"is_success": success}
 
 
+class PointsGymEnv(gym.Env):
+    """A one-agent env observing ``n_points`` zeros; it refuses a count below 1 with a bare ``assert``, as simulators
+    often do (kept out of test modules, whose asserts pytest rewrites)."""
+
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, n_points: int = 2) -> None:
+        assert n_points >= 1
+        self.observation_space = gym.spaces.Box(-1, 1, (n_points,), dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(self.observation_space.shape, dtype=np.float32), {}
+
+    def step(self, action):
+        return np.zeros(self.observation_space.shape, dtype=np.float32), 0.0, False, False, {}
+
+
 class UngroupedEnv(LineWalkEnv):
     """A torchrl env with flat keys (single-agent style): no group_map, no nested (group, ...) keys."""
 

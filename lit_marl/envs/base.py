@@ -8,6 +8,8 @@ and evaluate with.
 from __future__ import annotations
 
 import contextlib
+import re
+import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,12 +47,26 @@ class Task(Configurable, ABC):
 
     Subclasses implement :meth:`_make_env` (a batched torchrl env, groups as nested keys) and say
     whether actions are continuous. Everything else (specs, episode-return bookkeeping) is shared.
+
+    **A simulator's refusal is a config error.** The probe env behind :attr:`specs` is built inside
+    :meth:`probing`, which turns any exception the simulator raises (VMAS's bare ``assert self.n_agents > 1``, a
+    ``TypeError`` for an unknown keyword, …) into a :class:`~lit_marl.errors.ConfigError` that names the init
+    argument holding the simulator's own arguments (:attr:`simulator_arguments`), the arguments given and the
+    simulator's message (for an exception without one, such as a bare ``assert``, the failing source line). The
+    CLI prints it and exits with code 2 before any training env, collector or run folder is made. A new Task family
+    gets this by setting :attr:`simulator_arguments` (e.g. ``"substrate_kwargs"``); a family that builds a probe
+    of its own outside :attr:`specs` (say, in ``__init__``) wraps it in ``with self.probing(): ...``, and may
+    override :meth:`_simulator_label` / :meth:`_probe_allowed` to word the message.
     """
 
     #: key of the global state at the root of the env's TensorDict, where the task has one
     state_key: str | None = None
     #: key under each group of a per-agent success flag, where the task defines success
     success_key: str | None = None
+    #: the init argument that holds the simulator's own arguments (``"scenario_kwargs"``, ``"task_kwargs"``,
+    #: ``"env_kwargs"``): what a failure while building the probe env is reported under (``task.<field>``);
+    #: ``None`` reports it under ``task`` with all init arguments
+    simulator_arguments: str | None = None
 
     @property
     @abstractmethod
@@ -102,10 +118,49 @@ class Task(Configurable, ABC):
             if simulator_state is not None:
                 self.set_simulator_rng_state(simulator_state)
 
+    @contextlib.contextmanager
+    def probing(self) -> Iterator[None]:
+        """Build a probe env from the user's arguments inside this: any exception but a :class:`ConfigError`
+        becomes a ConfigError naming :attr:`simulator_arguments`, the arguments given and the simulator's message
+        (see the class docstring). ``KeyboardInterrupt`` and other ``BaseException`` pass through."""
+        try:
+            yield
+        except ConfigError:
+            raise
+        except Exception as err:
+            raise ConfigError(self._probe_failure(err)) from err
+
+    def _probe_failure(self, err: Exception) -> str:
+        """The message of :meth:`probing`'s ConfigError for ``err``."""
+        field = self.simulator_arguments
+        detail = simulator_message(err)
+        label = self._simulator_label()
+        if field is None:
+            try:
+                settings = repr(self)
+            except Exception:  # a task that failed half-way through its __init__
+                settings = type(self).__name__
+            return f"task: {label} failed to build with {settings}: {detail}; allowed: settings {label} accepts"
+        return (f"task.{field}: {label} failed to build with {field}={self._simulator_arguments_given()!r}: "
+                f"{detail}; {self._probe_allowed(field, label)}")
+
+    def _simulator_arguments_given(self) -> Any:
+        """The value of :attr:`simulator_arguments` as the user gave it (default: the attribute of that name)."""
+        return getattr(self, self.simulator_arguments or "", None)
+
+    def _simulator_label(self) -> str:
+        """What was built, in :meth:`probing`'s messages (default: :attr:`name`, e.g. ``vmas/balance``)."""
+        return self.name
+
+    def _probe_allowed(self, field: str, label: str) -> str:
+        """The "allowed" part of :meth:`probing`'s messages."""
+        return f"allowed: arguments {label} accepts, with values it accepts (task.{field})"
+
     @cached_property
     def specs(self) -> TaskSpecs:
-        """Specs read from a one-env probe, built on CPU without touching the caller's RNG."""
-        with self.isolated_rng():
+        """Specs read from a one-env probe, built on CPU without touching the caller's RNG (inside
+        :meth:`probing`: a simulator's refusal of the task's arguments is a :class:`ConfigError`)."""
+        with self.probing(), self.isolated_rng():
             env = self._make_env(num_envs=1, seed=0, device="cpu")
             try:
                 batch = env.batch_size
@@ -148,3 +203,18 @@ class Task(Configurable, ABC):
         """An RGB frame (H, W, 3 uint8 array) of one sub-environment, for videos."""
         raise ConfigError(f"rendering: {type(self).__name__} ({self.name}) cannot render frames; allowed: tasks that "
                           f"implement Task.render, such as VmasTask")
+
+
+def simulator_message(err: BaseException) -> str:
+    """``Type: message`` of a simulator's exception; for one without a message (a bare ``assert``), the failing
+    source line instead: ``AssertionError at vmas/scenarios/balance.py:22: assert self.n_agents > 1``."""
+    text = str(err).strip()
+    if text:
+        return f"{type(err).__name__}: {text}"
+    frames = traceback.extract_tb(err.__traceback__)
+    if not frames:
+        return f"{type(err).__name__} (no message)"
+    frame = frames[-1]
+    # a path inside site-packages from the package on (vmas/scenarios/balance.py), else as it is
+    path = re.split(r"[/\\](?:site|dist)-packages[/\\]", frame.filename)[-1]
+    return f"{type(err).__name__} at {path}:{frame.lineno}: {(frame.line or '').strip() or '(source not available)'}"

@@ -92,6 +92,11 @@ def _accepts(cls: type, name: str) -> bool:
     return name in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
+def _class_allowed(path: str, api: str) -> str:
+    """The "allowed" part of a probe failure of a user's class (Task.probing)."""
+    return f"allowed: arguments {path} accepts (task.env_kwargs), and as task.env_class {api}"
+
+
 def _make_torchrl_one(path: str, kwargs: dict[str, Any]) -> EnvBase:
     return import_env_class(path)(**kwargs)
 
@@ -127,7 +132,13 @@ class CustomTask(Task):
         >>> task = CustomTask("tests.custom_envs.MatchParallelEnv", max_steps=10)
         >>> task.group_map
         {'player': ['player_0', 'player_1']}
+
+    Any exception the class raises while the probe env is built, reset or inspected (a bad ``env_kwargs``, a broken
+    class) is a ``ConfigError`` naming ``task.env_kwargs``, the class and its message (see
+    :class:`~lit_marl.envs.base.Task`).
     """
+
+    simulator_arguments = "env_kwargs"
 
     def __init__(
         self,
@@ -235,17 +246,24 @@ class CustomTask(Task):
             return self._inner._group_map(env)
         return self._torchrl_group_map
 
+    def _simulator_label(self) -> str:
+        return self.env_class
+
+    def _probe_allowed(self, field: str, label: str) -> str:
+        return _class_allowed(label, f"a {self.kind} env as CustomTask describes")
+
     def _check_torchrl_specs(self) -> bool:
         """Check a probe of a torchrl env against the grouped-key API; returns whether actions are continuous."""
+        with self.probing():
+            return self._check_torchrl_probe()
+
+    def _check_torchrl_probe(self) -> bool:
         cls = import_env_class(self.env_class)
         field, path = "task.env_class", self.env_class
-        try:
-            kwargs = dict(self.env_kwargs)
-            if _accepts(cls, "num_envs"):
-                kwargs["num_envs"] = 1
-            env = cls(**kwargs)
-        except Exception as err:
-            raise ConfigError(f"{field}: {path}(**{self.env_kwargs}) failed: {type(err).__name__}: {err}") from None
+        kwargs = dict(self.env_kwargs)
+        if _accepts(cls, "num_envs"):
+            kwargs["num_envs"] = 1
+        env = cls(**kwargs)
         try:
             group_map = getattr(env, "group_map", None)
             if not (isinstance(group_map, dict) and group_map and all(
@@ -300,6 +318,8 @@ class CustomTask(Task):
 class _PettingZooClassTask(PettingZooTask):
     """PettingZooTask's wrapping (groups, masks for turn-based play) for a user's PettingZoo class."""
 
+    simulator_arguments = "env_kwargs"
+
     def __init__(self, cls: type, path: str, max_steps: int, env_kwargs: dict[str, Any],
                  agent_groups: str | dict[str, list[str]] | None, return_state: bool, num_workers: int) -> None:
         from pettingzoo.utils.env import AECEnv
@@ -314,18 +334,13 @@ class _PettingZooClassTask(PettingZooTask):
         self.agent_groups = agent_groups
         self.return_state = return_state
         self.num_workers = check_workers(num_workers, self._turn_based)
-        try:
+        with self.probing():
             raw = cls(**env_kwargs)
             raw.reset(seed=0)
             spaces = {agent: raw.action_space(agent) for agent in raw.possible_agents}
             if return_state:
                 raw.state()
             raw.close()
-        except Exception as err:
-            raise ConfigError(f"task.env_class: {path}(**{env_kwargs}) failed to build, reset or report its spaces "
-                              f"({type(err).__name__}: {err}); allowed: a PettingZoo env (possible_agents, "
-                              f"action_space(agent), observation_space(agent), reset, step"
-                              f"{', state()' if return_state else ''})") from None
         kinds = {type(s) for s in spaces.values()}
         if not kinds <= {gym.spaces.Box, gym.spaces.Discrete} or len(kinds) != 1:
             raise ConfigError(f"task.env_class: {path}'s action spaces are {sorted(k.__name__ for k in kinds)}; "
@@ -336,6 +351,16 @@ class _PettingZooClassTask(PettingZooTask):
     @property
     def state_key(self) -> str | None:  # type: ignore[override]
         return "state" if self.return_state else None
+
+    def _simulator_arguments_given(self) -> Any:
+        return self._kwargs
+
+    def _simulator_label(self) -> str:
+        return self._path
+
+    def _probe_allowed(self, field: str, label: str) -> str:
+        return _class_allowed(label, "a PettingZoo env (possible_agents, action_space(agent), observation_space(agent), "
+                                     f"reset, step{', state()' if self.return_state else ''})")
 
     def env_kwargs(self) -> dict[str, Any]:
         return dict(self._kwargs)
@@ -360,8 +385,11 @@ class _GymnasiumClassTask(GymnasiumTask):
         self.group = group
         self._check_spaces(path)
 
-    def _source_call(self) -> str:
-        return f"{self.env_id}(**{self.env_kwargs})"
+    def _simulator_label(self) -> str:
+        return self.env_id
+
+    def _probe_allowed(self, field: str, label: str) -> str:
+        return _class_allowed(label, "a gymnasium.Env (reset, step, observation_space, action_space)")
 
     def _one_env(self) -> Callable[[], gym.Env]:
         return functools.partial(_make_gymnasium_one, self.env_id, self.max_steps, self.env_kwargs)

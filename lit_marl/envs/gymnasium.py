@@ -42,7 +42,12 @@ class GymnasiumTask(Task):
         vectorization: ``"sync"`` steps the envs one after another in this process; ``"async"`` in one worker
             process each (worth it for slow simulators).
         group: the name of the one-agent group (the metrics' ``train/<group>/…``).
+
+    The env's refusal of ``env_kwargs`` (when it is made, reset or stepped once) is a ``ConfigError`` naming
+    ``task.env_kwargs`` (see :class:`~lit_marl.envs.base.Task`).
     """
+
+    simulator_arguments = "env_kwargs"
 
     def __init__(
         self,
@@ -93,23 +98,25 @@ class GymnasiumTask(Task):
 
     @cached_property
     def _spaces(self) -> tuple[gym.Space, gym.Space, bool]:
-        """Observation and action space, and whether the env reports ``info["is_success"]``."""
-        try:
+        """Observation and action space, and whether the env reports ``info["is_success"]`` (a probe: one env made,
+        reset and stepped; a failure, such as a missing extra (box2d, mujoco) or a bad env_kwargs, is a ConfigError)."""
+        with self.probing():
             env = self._one_env()()
-        except Exception as err:  # a missing extra (box2d, mujoco) or a bad env_kwargs
-            raise ConfigError(f"{self._source_field}: {self._source_call()} failed: {err}") from None
-        try:
-            _, info = env.reset(seed=0)
-            _, _, _, _, step_info = env.step(env.action_space.sample())
-            return env.observation_space, env.action_space, "is_success" in info or "is_success" in step_info
-        finally:
-            env.close()
+            try:
+                _, info = env.reset(seed=0)
+                _, _, _, _, step_info = env.step(env.action_space.sample())
+                return env.observation_space, env.action_space, "is_success" in info or "is_success" in step_info
+            finally:
+                env.close()
 
     #: the init arg that names the env (in error messages)
     _source_field = "task.env_id"
 
-    def _source_call(self) -> str:
-        return f"gymnasium.make({self.env_id!r}, **{self.env_kwargs})"
+    def _simulator_label(self) -> str:
+        return f"gymnasium.make({self.env_id!r})"
+
+    def _probe_allowed(self, field: str, label: str) -> str:
+        return f"allowed: arguments the env registered as task.env_id {self.env_id!r} accepts, with values it accepts"
 
     def _one_env(self) -> Callable[[], gym.Env]:
         """A picklable factory of one episode's env (``async`` workers build their own)."""

@@ -159,7 +159,12 @@ class PettingZooTask(Task):
         >>> task = PettingZooTask("simple_tag", max_steps=25, continuous_actions=False)
         >>> task.group_map
         {'adversary': ['adversary_0', 'adversary_1', 'adversary_2'], 'agent': ['agent_0', 'agent_1']}
+
+    The env's refusal of ``task_kwargs`` (MPE's ``N``, MAgent2's ``map_size``, an unknown keyword) is a
+    ``ConfigError`` naming ``task.task_kwargs`` (see :class:`~lit_marl.envs.base.Task`).
     """
+
+    simulator_arguments = "task_kwargs"
 
     def __init__(
         self,

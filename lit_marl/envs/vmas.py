@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -20,6 +21,10 @@ _GROUP_MAP_TYPES = {
 
 def _vmas_random_state() -> list:
     return vmas.simulator.environment.environment.Environment.vmas_random_state
+
+
+#: the start of the warning VMAS gives for scenario_kwargs a scenario does not use (an error in VMAS's future versions)
+_UNUSED_KWARGS = "Scenario kwargs: "
 
 
 #: every scenario name VMAS ships (its main, MPE and debug collections)
@@ -42,7 +47,13 @@ class VmasTask(Task):
     Examples:
         >>> task = VmasTask("balance", max_steps=100, n_agents=4, package_mass=5)
         >>> env = task.make_env(num_envs=8, seed=0)
+
+    A scenario's refusal of ``scenario_kwargs`` (a bare ``assert``, a wrong type, an argument it does not use:
+    VMAS only warns about those, lit-marl refuses them as VMAS's future versions will) is a ``ConfigError`` naming
+    ``task.scenario_kwargs`` (see :class:`~lit_marl.envs.base.Task`).
     """
+
+    simulator_arguments = "scenario_kwargs"
 
     def __init__(
         self,
@@ -77,18 +88,27 @@ class VmasTask(Task):
         return f"vmas/{self.scenario}"
 
     def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
-        return VmasEnv(
-            self.scenario,
-            num_envs=num_envs,
-            continuous_actions=self.continuous_actions,
-            max_steps=self.max_steps,
-            seed=seed,
-            device=device,
-            categorical_actions=True,
-            scenario_kwargs=dict(self.scenario_kwargs),
-            group_map=_GROUP_MAP_TYPES.get(self.agent_groups, self.agent_groups)
-            if isinstance(self.agent_groups, str) else self.agent_groups,
-        )
+        with warnings.catch_warnings():
+            # a misspelt argument would otherwise train the scenario's default without a word
+            warnings.filterwarnings("error", message=_UNUSED_KWARGS, category=UserWarning)
+            try:
+                return VmasEnv(
+                    self.scenario,
+                    num_envs=num_envs,
+                    continuous_actions=self.continuous_actions,
+                    max_steps=self.max_steps,
+                    seed=seed,
+                    device=device,
+                    categorical_actions=True,
+                    scenario_kwargs=dict(self.scenario_kwargs),
+                    group_map=_GROUP_MAP_TYPES.get(self.agent_groups, self.agent_groups)
+                    if isinstance(self.agent_groups, str) else self.agent_groups,
+                )
+            except UserWarning as warning:
+                if not str(warning).startswith(_UNUSED_KWARGS):
+                    raise
+                # what VMAS raises itself with check_kwargs_consumed(warn=False), without its note on future versions
+                raise ValueError(str(warning).split(" This will turn into an error")[0]) from None
 
     def simulator_rng_state(self) -> dict[str, Any]:
         # VMAS draws from one process-wide generator state kept on its Environment class (shared by
