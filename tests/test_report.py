@@ -276,8 +276,8 @@ def test_marl_eval_normalisation_of_runs_without_absolute_metrics_says_so(tmp_pa
 def test_reference_file_puts_runs_on_its_scale(tmp_path):
     _synthetic_benchmark(tmp_path / "bench")
     reference = tmp_path / "reference.json"
-    reference.write_text(json.dumps({"vmas/balance": {"min": 0.0, "max": 20.0}, "VMAS/Navigation": {"min": -1, "max": 1},
-                                     "vmas/other": {"min": 0, "max": 1}}))
+    reference.write_text(json.dumps({"vmas/balance": {"min": 0.0, "max": 20.0},
+                                     "VMAS/Navigation": {"min": -1, "max": 1}, "vmas/other": {"min": 0, "max": 1}}))
     result = compute(load_runs([tmp_path / "bench"]), n_resamples=200, normalisation=str(reference))
     assert result["normalisation"]["name"] == "reference" and result["normalisation"]["source"] == str(reference)
     assert result["normalisation"]["low"] == [0.0, -1.0] and result["normalisation"]["high"] == [20.0, 1.0]
