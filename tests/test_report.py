@@ -239,7 +239,7 @@ def test_marl_eval_normalisation_equals_marl_eval_s_matrices_and_iqm(tmp_path, c
     assert normalisation["high"][0] == 39.118 and normalisation["high"][2] == 18.589
     assert len(normalisation["notes"]) == 1 and normalisation["notes"][0].startswith("vmas/navigation: marl-eval's max")
     out = capsys.readouterr().out
-    assert "Normalisation `marl-eval`: marl-eval's: per task, by the lowest and highest return of any evaluation" in out
+    assert "Normalisation `marl-eval`: as marl-eval computes it (data_process_pipeline): per task, by the lowest" in out
     assert "- vmas/navigation: marl-eval's maximum" in out
 
 
@@ -284,6 +284,8 @@ def test_reference_file_puts_runs_on_its_scale(tmp_path):
     # mappo seed 0: 20 absolute returns of 8.0 on balance, 0.8 on navigation
     assert result["normalised_scores"]["mappo"][0] == pytest.approx([8.0 / (20 + 1e-6), 1.8 / (2 + 1e-6)])
     assert result["normalisation"]["notes"] == []
+    inline = compute(load_runs([tmp_path / "bench"]), n_resamples=200, normalisation=reference.read_text())
+    assert inline["normalised_scores"] == result["normalised_scores"]  # the JSON given as text
 
     # a marl-eval JSON as the reference: its per-task min and max, marl-eval's way
     published = json.loads(MARL_EVAL_RUNS.read_text())
@@ -320,4 +322,4 @@ def test_unknown_normalisation_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["report", str(tmp_path / "bench"), "--out", str(tmp_path / "report"), "--normalisation", "marl_eval"])
     assert exit_info.value.code == 2
-    assert "'marl_eval' is neither marl-eval, run-scores nor an existing file" in capsys.readouterr().err
+    assert "'marl_eval' is neither marl-eval, run-scores, JSON nor an existing file" in capsys.readouterr().err

@@ -33,7 +33,7 @@ Note what the absolute metric is: lit-marl's ``MarlEvalJson`` writes the protoco
 on 10× the evaluation episodes); BenchMARL's own JSON writer (``benchmarl/experiment/logger.py``, ``JsonWriter``)
 stores the single largest evaluation-episode return of the run. Same scale, different quantities.
 
-A reference file gives each task's minimum and maximum directly::
+A reference file (or the same JSON given as text) gives each task's minimum and maximum directly::
 
     {"vmas/balance": {"min": -10.5, "max": 120.0}, "vmas/navigation": {"min": 0.0, "max": 3.2}}
 
@@ -62,9 +62,9 @@ NAMES = ("marl-eval", "run-scores")
 MARL_EVAL_EPSILON = 1e-6
 
 DESCRIPTIONS = {
-    "marl-eval": "marl-eval's: per task, by the lowest and highest return of any evaluation episode of any run "
-                 "(every step and the absolute metrics; marl-eval's data_process_pipeline, span + 1e-6); a run's "
-                 "score is the mean normalised return of its absolute metrics",
+    "marl-eval": "as marl-eval computes it (data_process_pipeline): per task, by the lowest and highest return of "
+                 "any evaluation episode of any run, every step and the absolute metrics included, span + 1e-6; a "
+                 "run's score is the mean normalised return of its absolute metrics",
     "run-scores": "per task, by the lowest and highest score of any run (a run's score: the mean return of its "
                   "absolute metrics, else of its last evaluation)",
     "reference": "per task, by the minimum and maximum of a reference file (marl-eval's formula, span + 1e-6); a "
@@ -158,12 +158,18 @@ def _number(value: Any) -> bool:
 
 
 def load_reference(path: str | Path) -> dict[str, tuple[float, float]]:
-    """``{"<env>/<task>" (lower case): (min, max)}`` from a reference file (see the module docstring)."""
-    path = Path(path)
+    """``{"<env>/<task>" (lower case): (min, max)}`` from a reference file (see the module docstring), or from
+    the JSON text itself when ``path`` is a string that starts with ``{``."""
+    if isinstance(path, str) and path.lstrip().startswith("{"):
+        text, path = path, Path(path)
+    else:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise _refuse(path, f"cannot be read ({err})") from None
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as err:
-        raise _refuse(path, f"cannot be read ({err})") from None
+        data = json.loads(text)
     except json.JSONDecodeError as err:
         raise _refuse(path, f"is not JSON ({err})") from None
     if not isinstance(data, dict) or not data:
@@ -220,11 +226,11 @@ def _marl_eval_file(path: Path, data: dict[str, Any]) -> dict[str, tuple[float, 
     return result
 
 
-def _reference(path: Path, tasks: list[str]) -> Normalisation:
+def _reference(path: str | Path, tasks: list[str]) -> Normalisation:
     reference = load_reference(path)
     missing = [t for t in tasks if t.lower() not in reference]
     if missing:
-        raise _refuse(path, f"has no minimum and maximum for {', '.join(missing)} (it has "
+        raise _refuse(Path(path), f"has no minimum and maximum for {', '.join(missing)} (it has "
                             f"{', '.join(sorted(reference)) or 'none'})")
     low = np.array([reference[t.lower()][0] for t in tasks])
     high = np.array([reference[t.lower()][1] for t in tasks])
@@ -240,8 +246,11 @@ def resolve(spec: str, runs: Mapping[str, Any], tasks: list[str], scores: Mappin
     if spec == "run-scores":
         stacked = np.concatenate(list(scores.values()), axis=0)
         return Normalisation("run-scores", tasks, stacked.min(axis=0), stacked.max(axis=0))
+    if spec.lstrip().startswith("{"):  # the JSON itself
+        return _reference(spec, tasks)
     path = Path(spec)
     if not path.is_file():
-        raise ConfigError(f"report: --normalisation {spec!r} is neither marl-eval, run-scores nor an existing file; "
-                          f"allowed: marl-eval (the default), run-scores, or a JSON file of per-task min/max")
+        raise ConfigError(f"report: --normalisation {spec!r} is neither marl-eval, run-scores, JSON nor an existing "
+                          f"file; allowed: marl-eval (the default), run-scores, or a JSON file (or text) of per-task "
+                          f"min/max")
     return _reference(path, tasks)

@@ -342,11 +342,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--n_resamples", type=int, default=st.N_RESAMPLES, help="bootstrap resamples")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     parser.add_argument(
-        "--normalisation", default="marl-eval", metavar="marl-eval|run-scores|FILE",
+        "--normalisation", default="marl-eval", metavar="marl-eval|run-scores|FILE|JSON",
         help="per-task min-max normalisation: marl-eval (default; the lowest and highest return of any evaluation "
              "episode, as marl-eval computes it), run-scores (the lowest and highest run score), or a JSON file of "
-             'per-task minima and maxima {"<env>/<task>": {"min": x, "max": y}} or a marl-eval JSON (e.g. '
-             "published results) to score on its scale")
+             'per-task minima and maxima {"<env>/<task>": {"min": x, "max": y}} (or that JSON as text) or a '
+             "marl-eval JSON (e.g. published results) to score on its scale")
     args = parser.parse_args(argv)
     result = report(args.paths, args.out, n_resamples=args.n_resamples, seed=args.seed,
                     normalisation=args.normalisation)
