@@ -113,6 +113,7 @@ class LitMarlCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         """Check a ``--ckpt_path`` (exists, loads, same algorithm and task) before anything is built."""
         config = self.config[self.subcommand] if self.subcommand else self.config
+        _keep_a_run_folder(config)
         ckpt_path = config.get("ckpt_path")
         if ckpt_path is not None and str(ckpt_path) == "last":
             ckpt_path = config["ckpt_path"] = str(_last_checkpoint_of(config.get("trainer", {}).get("logger")))
@@ -164,9 +165,39 @@ class LitMarlCLI(LightningCLI):
             check_state_dict(state_dict, self.model.state_dict(), source)
 
 
+def _keep_a_run_folder(config: Any) -> None:
+    """Loggers without a versioned run folder of their own (``MLFlowLogger``, ``WandbLogger``: Lightning's
+    ``trainer.log_dir`` is then their shared ``save_dir``) get lit-marl's default CSV logger in front of them: the
+    run's ``config.yaml``, ``metrics.csv``, checkpoints, videos and marl-eval JSON go to its new
+    ``runs/lit-marl/version_<n>/`` and every metric, hyper-parameter and video to both."""
+    from jsonargparse import Namespace
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    trainer = config.get("trainer")
+    logger = trainer.get("logger") if trainer is not None else None
+    loggers = logger if isinstance(logger, list) else [logger] if isinstance(logger, Namespace) else []
+    if not loggers or not isinstance(loggers[0], Namespace) or not loggers[0].get("class_path"):
+        return
+    module_name, _, cls_name = str(loggers[0].class_path).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), cls_name)
+    except (ImportError, AttributeError, ValueError):
+        return  # jsonargparse names it when it instantiates the logger
+    if isinstance(cls, type) and issubclass(cls, (CSVLogger, TensorBoardLogger)):
+        return
+    default = TRAINER_DEFAULTS["logger"]
+    trainer["logger"] = [Namespace(class_path=default["class_path"], init_args=Namespace(**default["init_args"])),
+                         *loggers]
+    print(f"lit-marl: {cls_name} keeps no run folder of its own; config.yaml, metrics.csv, checkpoints and videos go "
+          f"to a CSVLogger's {default['init_args']['save_dir']}/{default['init_args']['name']}/version_<n>/ beside it",
+          file=sys.stderr)
+
+
 def _last_checkpoint_of(logger: Any) -> Path:
     """``--ckpt_path last``: the ``last.ckpt`` of the newest ``<save_dir>/<name>/version_<n>`` run that has one
     (Lightning would look in the new, empty run folder and silently start from scratch)."""
+    if isinstance(logger, list) and logger:
+        logger = logger[0]  # the run folder's
     init_args = {}
     if logger is not None and not isinstance(logger, bool) and hasattr(logger, "get"):
         init_args = dict(logger.get("init_args") or {})

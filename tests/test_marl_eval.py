@@ -38,3 +38,4 @@ def test_marl_eval_json_has_the_protocol_structure_and_continues_on_resume(tmp_p
     assert [run2[f"step_{k}"]["step_count"] for k in range(4)] == [40, 80, 120, 160]
     assert run2["step_0"] == run["step_0"] and run2["step_1"] == run["step_1"]  # continued, not overwritten
     assert len(run2["absolute_metrics"]["return"]) == 30
+    assert list(run2)[-1] == "absolute_metrics"  # after the resumed run's steps, where marl-eval looks for it

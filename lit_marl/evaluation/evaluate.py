@@ -191,17 +191,31 @@ def _checkpoint_file(ckpt_path: Any) -> str | None:
 
 def _log_videos(pl_module: pl.LightningModule, paths: list[Path], frames: list[list], fps: int,
                 key: str = "test/video") -> None:
-    """Send the videos to loggers that take video: W&B (``log_video`` with the mp4 files) and TensorBoard (an
-    animated GIF image summary, what ``SummaryWriter.add_video`` writes, without its moviepy dependency)."""
+    """Send the videos to loggers that take video, at the step of the evaluation's metrics: W&B (``log_video``
+    with the mp4 files), TensorBoard (an animated GIF image summary, what ``SummaryWriter.add_video`` writes,
+    without its moviepy dependency) and MLflow (the mp4 files as artifacts of the run under ``<key>/``)."""
+    from lightning.pytorch.loggers import MLFlowLogger
+
     if not paths:
         return
-    step = pl_module.global_step if pl_module._trainer is not None else 0
+    trainer = pl_module._trainer
+    # the step Lightning logs this evaluation's metrics at (LoggerConnector.log_metrics), not global_step
+    step = trainer.fit_loop.epoch_loop._batches_that_stepped if trainer is not None else 0
     for logger in pl_module.loggers:
         if hasattr(logger, "log_video"):
-            logger.log_video(key, [str(p) for p in paths], fps=[fps] * len(paths))
+            logger.log_video(key, [str(p) for p in paths], step=step)  # an mp4 keeps its own frame rate
         elif type(logger).__name__ == "TensorBoardLogger":
             for i, episode in enumerate(frames):
                 _tensorboard_video(logger.experiment, f"{key}/{i}", episode, fps, step)
+        elif isinstance(logger, MLFlowLogger):
+            _mlflow_videos(logger, key, paths)
+
+
+def _mlflow_videos(logger, key: str, paths: list[Path]) -> None:
+    """MLflow has no video type: each mp4 becomes an artifact of the logger's run, ``<key>/<file name>`` (e.g.
+    ``val/video/val_frames_000120000.mp4``), which MLflow's UI lists and serves."""
+    for path in paths:
+        logger.experiment.log_artifact(logger.run_id, str(path), artifact_path=key)
 
 
 def _tensorboard_video(writer, tag: str, frames: list, fps: int, step: int) -> None:

@@ -141,8 +141,9 @@ class MarlEvalJson(MarlCallback):
             rollouts = [pl_module.evaluate(b["seed"], b["num_envs"]) for b in batches]
         finally:
             pl_module.load_state_dict(current)
-        self._run(pl_module)["absolute_metrics"] = {"step_count": self.best_frames,
-                                                    **_returns(pl_module, batches, rollouts)}
+        run = self._run(pl_module)
+        run.pop("absolute_metrics", None)  # last in the run, as marl-eval expects, also after a resume added steps
+        run["absolute_metrics"] = {"step_count": self.best_frames, **_returns(pl_module, batches, rollouts)}
         write_json(self.file(trainer), self.data, overwrite=True)
 
     # ---------------------------------------------------------------------- checkpoint state

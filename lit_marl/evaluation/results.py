@@ -5,10 +5,13 @@ in every benchmark run) found under the given folders, and run folders of ``lit-
 ``config.yaml`` and the ``val/return`` column of ``metrics.csv``). A run's score is the mean return of its
 ``absolute_metrics`` (the best policy on 10× the evaluation episodes), or of its last evaluation where there is
 none. Per task: mean and IQM of the raw scores with bootstrap CIs over seeds. Over tasks, on min-max normalised
-scores (per task, by the lowest and highest score of any run): mean, median, IQM and optimality gap with
-stratified bootstrap CIs, the probability of improvement of each algorithm over each other, performance
-profiles and sample-efficiency curves (Agarwal et al., NeurIPS 2021). Every algorithm must have run every task
-with the same seeds: a report over mismatched runs is refused, naming what is missing.
+scores: mean, median, IQM and optimality gap with stratified bootstrap CIs, the probability of improvement of
+each algorithm over each other, performance profiles and sample-efficiency curves (Agarwal et al., NeurIPS
+2021). The normalisation (``--normalisation``, :mod:`lit_marl.evaluation.normalisation`) is marl-eval's by
+default (per task, by the lowest and highest return of any evaluation episode), so the numbers equal marl-eval's
+on the same JSON; ``run-scores`` normalises by the lowest and highest run score, and a reference file by given
+per-task minima and maxima (e.g. of published results). Every algorithm must have run every task with the same
+seeds: a report over mismatched runs is refused, naming what is missing.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 
 from lit_marl.atomic import atomic_target
 from lit_marl.errors import ConfigError
+from lit_marl.evaluation import normalisation as norm_
 from lit_marl.evaluation import statistics as st
 from lit_marl.evaluation.io import write_atomic, write_json
 from lit_marl.evaluation.marl_eval import FILE_NAME
@@ -125,21 +129,29 @@ def _steps(run: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted((v for k, v in run.items() if k.startswith("step_")), key=lambda v: v["step_count"])
 
 
+def score_returns(run: dict[str, Any]) -> list[float]:
+    """The returns a run is scored on: its absolute metrics' (marl-eval: the step whose key contains
+    "absolute"), else its last evaluation's."""
+    absolute = next((k for k in run if "absolute" in k and isinstance(run[k], dict) and run[k].get("return")), None)
+    if absolute is not None:
+        return list(run[absolute]["return"])
+    return list(_steps(run)[-1]["return"])
+
+
 def run_score(run: dict[str, Any]) -> float:
     """The absolute metric's mean return, else the last evaluation's."""
-    if "absolute_metrics" in run:
-        return float(np.mean(run["absolute_metrics"]["return"]))
-    return float(np.mean(_steps(run)[-1]["return"]))
+    return float(np.mean(score_returns(run)))
 
 
-def compute(runs: Runs, n_resamples: int = st.N_RESAMPLES, seed: int = 0,
-            confidence: float = st.CONFIDENCE) -> dict[str, Any]:
-    """Every statistic of the report, as plain data."""
+def compute(runs: Runs, n_resamples: int = st.N_RESAMPLES, seed: int = 0, confidence: float = st.CONFIDENCE,
+            normalisation: str = "marl-eval") -> dict[str, Any]:
+    """Every statistic of the report, as plain data; ``normalisation``: ``marl-eval``, ``run-scores`` or the
+    path of a reference file (:mod:`lit_marl.evaluation.normalisation`)."""
     tasks, algorithms, seeds = check_complete(runs)
     raw = {a: np.array([[run_score(runs[t][a][s]) for t in tasks] for s in seeds]) for a in algorithms}
-    low = np.min([raw[a].min(0) for a in algorithms], axis=0)
-    high = np.max([raw[a].max(0) for a in algorithms], axis=0)
-    normalised = st.min_max_normalise(raw, low, high)
+    norm = norm_.resolve(normalisation, runs, tasks, raw)
+    normalised = {a: np.array([[norm.normalise(score_returns(runs[t][a][s]), i) for i, t in enumerate(tasks)]
+                               for s in seeds]) for a in algorithms}
     kw = dict(confidence=confidence, n_resamples=n_resamples, seed=seed)
 
     per_task = {t: {a: {name: st.estimate([raw[a][:, i]], st.AGGREGATES[name], **kw) for name in ("mean", "iqm")}
@@ -156,17 +168,22 @@ def compute(runs: Runs, n_resamples: int = st.N_RESAMPLES, seed: int = 0,
                                            for t in tasks for s in seeds]))
         if not counts:
             continue
-        values = np.array([[[np.mean(next(v["return"] for v in _steps(runs[t][a][s]) if v["step_count"] == c))
-                             for c in counts] for t in tasks] for s in seeds])  # [runs, tasks, points]
-        span = np.where(high > low, high - low, 1.0)
-        curve = st.sample_efficiency((values - low[None, :, None]) / span[None, :, None], **kw)
-        curve["raw_mean"] = values.mean(0).tolist()  # [tasks, points]
+
+        def returns(t: str, s: int, c: int) -> list[float]:
+            return next(v["return"] for v in _steps(runs[t][a][s]) if v["step_count"] == c)
+
+        values = np.array([[[norm.normalise(returns(t, s, c), i) for c in counts] for i, t in enumerate(tasks)]
+                           for s in seeds])  # [runs, tasks, points]
+        curve = st.sample_efficiency(values, **kw)
+        curve["raw_mean"] = np.array([[[np.mean(returns(t, s, c)) for c in counts] for t in tasks]
+                                      for s in seeds]).mean(0).tolist()  # [tasks, points]
         curves[a] = {"frames": counts, **curve}
     return {
         "tasks": tasks, "algorithms": algorithms, "seeds": seeds, "confidence": confidence,
         "n_resamples": n_resamples, "bootstrap_seed": seed,
         "scores": {a: raw[a].tolist() for a in algorithms},
-        "normalisation": {"low": low.tolist(), "high": high.tolist()},
+        "normalised_scores": {a: normalised[a].tolist() for a in algorithms},
+        "normalisation": norm.as_dict(),
         "per_task": per_task, "aggregate": aggregate, "probability_of_improvement": improvement,
         "performance_profiles": profiles, "sample_efficiency": curves,
     }
@@ -177,14 +194,21 @@ def _cell(e: dict[str, Any], digits: int = 3) -> str:
     return f"{e['value']:.{digits}f} [{e['ci_low']:.{digits}f}, {e['ci_high']:.{digits}f}]"
 
 
+def _normalisation_line(normalisation: dict[str, Any]) -> str:
+    source = f" `{normalisation['source']}`" if normalisation.get("source") else ""
+    return f"Normalisation `{normalisation['name']}`{source}: {normalisation['description']}."
+
+
 def markdown(result: dict[str, Any]) -> str:
     conf = f"{result['confidence']:.0%}"
     lines = ["# Benchmark report", "",
              f"{len(result['algorithms'])} algorithms × {len(result['tasks'])} tasks × {len(result['seeds'])} seeds "
              f"({', '.join(map(str, result['seeds']))}). Values with {conf} bootstrap CIs "
              f"({result['n_resamples']} resamples; stratified over tasks for aggregates).", "",
-             "## Aggregate (min-max normalised per task)", "",
-             "| algorithm | mean | median | IQM | optimality gap |", "|---|---|---|---|---|"]
+             "## Aggregate (min-max normalised per task)", "", _normalisation_line(result["normalisation"]), ""]
+    lines += [f"- {note}" for note in result["normalisation"]["notes"]]
+    lines += [""] if result["normalisation"]["notes"] else []
+    lines += ["| algorithm | mean | median | IQM | optimality gap |", "|---|---|---|---|---|"]
     for a in result["algorithms"]:
         agg = result["aggregate"][a]
         lines.append(f"| {a} | {_cell(agg['mean'])} | {_cell(agg['median'])} | {_cell(agg['iqm'])} | "
@@ -210,7 +234,9 @@ def latex(result: dict[str, Any]) -> str:
     def escape(text: str) -> str:
         return text.replace("_", "\\_").replace("&", "\\&").replace("%", "\\%")
 
-    lines = ["% requires \\usepackage{booktabs}", "\\begin{tabular}{lllll}", "\\toprule",
+    lines = ["% requires \\usepackage{booktabs}",
+             f"% {_normalisation_line(result['normalisation']).replace('`', '')}",
+             "\\begin{tabular}{lllll}", "\\toprule",
              "Algorithm & Mean & Median & IQM & Optimality gap \\\\", "\\midrule"]
     for a in result["algorithms"]:
         agg = result["aggregate"][a]
@@ -288,14 +314,15 @@ def plots(result: dict[str, Any], out: Path) -> list[Path]:
 
 
 def report(paths: list[str | os.PathLike], out: str | os.PathLike, n_resamples: int = st.N_RESAMPLES,
-           seed: int = 0) -> dict[str, Any]:
-    """Write the report of the runs under ``paths`` into the new folder ``out``; returns its numbers."""
+           seed: int = 0, normalisation: str = "marl-eval") -> dict[str, Any]:
+    """Write the report of the runs under ``paths`` into the new folder ``out``; returns its numbers.
+    ``normalisation``: ``marl-eval`` (the default), ``run-scores`` or a reference file's path."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"out: {str(out)!r} already exists and is not empty; nothing was written; allowed: a new "
                           f"or empty folder")
     runs = load_runs(list(paths))
-    result = compute(runs, n_resamples=n_resamples, seed=seed)
+    result = compute(runs, n_resamples=n_resamples, seed=seed, normalisation=normalisation)
     _pyplot()  # fail before writing anything
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "report.json", result)
@@ -314,8 +341,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", required=True, help="a new folder for report.md, report.tex, report.json, PNGs")
     parser.add_argument("--n_resamples", type=int, default=st.N_RESAMPLES, help="bootstrap resamples")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    parser.add_argument(
+        "--normalisation", default="marl-eval", metavar="marl-eval|run-scores|FILE|JSON",
+        help="per-task min-max normalisation: marl-eval (default; the lowest and highest return of any evaluation "
+             "episode, as marl-eval computes it), run-scores (the lowest and highest run score), or a JSON file of "
+             'per-task minima and maxima {"<env>/<task>": {"min": x, "max": y}} (or that JSON as text) or a '
+             "marl-eval JSON (e.g. published results) to score on its scale")
     args = parser.parse_args(argv)
-    result = report(args.paths, args.out, n_resamples=args.n_resamples, seed=args.seed)
+    result = report(args.paths, args.out, n_resamples=args.n_resamples, seed=args.seed,
+                    normalisation=args.normalisation)
     print(markdown(result).split("## Per task")[0])
     print(f"lit-marl report: {args.out}/report.md, report.tex, report.json and plots")
     return 0
