@@ -20,7 +20,8 @@ Recurrent policies take and return their hidden state (and ``is_init``, True on 
 Formats, each loadable with PyTorch or ONNX Runtime alone:
 
 - ``exported``: :func:`torch.export.save` (``.pt2``); ``torch.export.load(path).module()(*inputs)``;
-- ``torchscript``: ``torch.jit.load(path)(*inputs)`` (``.pt``, also from C++ libtorch);
+- ``torchscript``: ``torch.jit.load(path)(*inputs)`` (``.pt``, also from C++ libtorch; torch 2.13 deprecates
+  ``torch.jit`` in favour of ``torch.export``);
 - ``onnx``: ``onnxruntime.InferenceSession(path).run(None, {name: array})`` (``.onnx``; needs
   ``pip install -e ".[export]"`` to export).
 
@@ -208,8 +209,9 @@ def _check_format(format: str) -> str:
     if format == "onnx":
         missing = [name for name in ("onnx", "onnxscript") if importlib.util.find_spec(name) is None]
         if missing:
-            raise ConfigError(f"export.format: 'onnx' needs {' and '.join(missing)} (torch.onnx's exporter); install "
-                              f"them with pip install -e \".[export]\"; allowed without them: 'torchscript', 'exported'")
+            raise ConfigError(f"export.format: 'onnx' needs {' and '.join(missing)} (torch.onnx's exporter); "
+                              f"install them with pip install -e \".[export]\"; allowed without them: 'torchscript', "
+                              f"'exported'")
     return format
 
 
@@ -253,9 +255,12 @@ def _torch_export(policy: DeterministicPolicy, example: list[torch.Tensor], dyna
             return torch.export.export(copy.deepcopy(policy), tuple(example), dynamic_shapes=dims)
     except Exception as err:  # torch.export's errors are long reports: keep their first line
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
-        hint = ("; allowed: a fixed batch (--batch_size N, Python: batch_size=N)" if dynamic else "")
-        raise ConfigError(f"export: the policy of group {group!r} could not be traced{' with any batch size' if dynamic else ''} "
-                          f"({type(err).__name__}: {reason}){hint}") from err
+        if not dynamic:  # not something a setting can change
+            raise RuntimeError(f"export: the policy of group {group!r} could not be traced ({type(err).__name__}: "
+                               f"{reason})") from err
+        raise ConfigError(f"export: the policy of group {group!r} could not be traced with any batch size "
+                          f"({type(err).__name__}: {reason}); allowed: a fixed batch (--batch_size N, Python: "
+                          f"batch_size=N)") from err
 
 
 def _write_file(program, policy_inputs: list[torch.Tensor], format: str, path: Path,
@@ -263,7 +268,9 @@ def _write_file(program, policy_inputs: list[torch.Tensor], format: str, path: P
     if format == "exported":
         torch.export.save(program, str(path))
     elif format == "torchscript":
-        torch.jit.save(_scripted(program), str(path))
+        with warnings.catch_warnings():  # torch 2.13 deprecates torch.jit; the format is offered for C++/libtorch
+            warnings.simplefilter("ignore", DeprecationWarning)
+            torch.jit.save(_scripted(program), str(path))
     else:
         dims = None
         if dynamic:
@@ -282,8 +289,9 @@ def _scripted(program) -> torch.jit.ScriptModule:
     batch size wherever the graph computes a shape from it, as a Cnn's reshape over batch and agents does).
 
     TorchScript reads a plain FX graph of ATen ops once four things of ``torch.export``'s graph are undone: its
-    vmap calls are lowered to batched ops; its symbolic sizes (``aten.sym_size.int``) become ``tensor.size(d)``; ops are called by name (``aten.linear``) and
-    TorchScript picks the overload from the arguments, as it knows no overload names (``aten.linear.default``);
+    vmap calls are lowered to batched ops; its symbolic sizes (``aten.sym_size.int``) become ``tensor.size(d)``; ops
+    are called by name (``aten.linear``) and TorchScript picks the overload from the arguments, as it knows no
+    overload names (``aten.linear.default``);
     and the input/output flattening, shape guards and metadata asserts that only ``torch.export`` runs are dropped.
     """
     # post-dispatch ATen (no decompositions): vmap (MultiAgentMLP without shared parameters) becomes batched ops
@@ -319,7 +327,9 @@ def load_exported(path: str | os.PathLike, format: str | None = None):
     if format == "exported":
         return torch.export.load(str(path)).module()
     if format == "torchscript":
-        return torch.jit.load(str(path))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return torch.jit.load(str(path))
     if format == "onnx":
         import onnxruntime
 

@@ -38,7 +38,7 @@ SMALL_CNN = Cnn(cnn_num_cells=[8], cnn_kernel_sizes=[4], cnn_strides=[4], mlp_nu
 
 def _rows(root: Path) -> list[dict]:
     (metrics,) = root.rglob("metrics.csv")
-    return list(csv.DictReader(open(metrics)))
+    return list(csv.DictReader(metrics.read_text().splitlines()))
 
 
 def test_players_form_one_group_reading_their_own_rgb_views():
@@ -130,14 +130,15 @@ def test_mappo_trains_and_logs_the_collective_reward_then_exports_its_cnn_policy
 
     folder = export_policy(model, tmp_path / "deploy", "exported")
     entry = json.loads((folder / MANIFEST).read_text())["groups"]["agents"]
-    assert entry["inputs"] == [{"name": "observation", "key": ["agents", "observation"], "shape": ["batch", 2, 40, 40, 3],
-                                "dtype": "uint8"}]
+    assert entry["inputs"] == [{"name": "observation", "key": ["agents", "observation"],
+                                "shape": ["batch", 2, 40, 40, 3], "dtype": "uint8"}]
     assert entry["action"] == {"type": "discrete", "n": 8, "encoding": "index"}
     env = task.make_env(num_envs=2, seed=5)
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
         rollout = env.rollout(5, policy=model.policy, break_when_any_done=False).reshape(-1)
     env.close()
-    assert torch.equal(load_exported(folder / "agents.pt2")(rollout["agents", "observation"]), rollout["agents", "action"])
+    exported = load_exported(folder / "agents.pt2")
+    assert torch.equal(exported(rollout["agents", "observation"]), rollout["agents", "action"])
 
 
 def test_a_task_without_collective_reward_is_refused_by_the_callback(tmp_path):
@@ -167,3 +168,16 @@ def test_ippo_learns_to_harvest_apples(tmp_path):
     assert len(rewards) == 15
     first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
     assert last > 3 * first, rewards
+
+
+def test_a_bad_substrate_on_the_command_line_exits_2_naming_it(capsys):
+    from lit_marl.cli import main
+    from tests.conftest import CONFIGS
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(CONFIGS / "mappo_meltingpot_collaborative_cooking.yaml"),
+              "--model.init_args.task.init_args.substrate", "collaborative_cooking"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "task.substrate: unknown Melting Pot substrate 'collaborative_cooking'; did you mean" in err
+    assert not Path("runs").exists()  # nothing written

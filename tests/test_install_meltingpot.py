@@ -44,7 +44,10 @@ def test_an_unreachable_download_falls_back_to_the_empty_archive(installer, tmp_
 
 
 def test_a_cached_archive_is_kept_and_a_download_is_used(installer, tmp_path, monkeypatch):
-    monkeypatch.setattr(installer, "download", lambda path, timeout, url=None: path.write_bytes(installer.empty_archive()))
+    def download(path, timeout, url=None):
+        path.write_bytes(installer.empty_archive())
+
+    monkeypatch.setattr(installer, "download", download)
     path, action = installer.seed(tmp_path / "fresh", offline=False)
     assert action == "downloaded" and tarfile.is_tarfile(path)
     real = tmp_path / "cache" / installer.ARCHIVE_NAME
