@@ -75,6 +75,18 @@ def test_world_rgb_is_the_state_and_players_can_be_regrouped():
     assert named.group_map == {"blue": ["player_1"], "red": ["player_0"]}
 
 
+def test_worker_processes_step_the_substrates():
+    task = MeltingPotTask("prisoners_dilemma_in_the_matrix__repeated", max_steps=5, num_workers=2)
+    env = task.make_env(num_envs=4, seed=0)  # two workers, two substrates each
+    rollout = env.rollout(5, break_when_any_done=False)
+    env.close()
+    assert rollout["agents", "observation"].shape == (4, 5, 2, 40, 40, 3)
+    assert rollout["next", "agents", "info", "INVENTORY"].shape == (4, 5, 2, 2)
+    # four substrates with their own seeds: the players start in different places
+    first = rollout["agents", "observation"][:, 0]
+    assert len({first[i].sum().item() for i in range(4)}) > 1
+
+
 def test_collective_reward_is_every_players_reward_summed():
     task = MeltingPotTask("commons_harvest__open", max_steps=50)  # seven players eat apples: rewards come early
     env = task.make_env(num_envs=1, seed=1)
