@@ -36,6 +36,7 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.data import Bounded, Composite, Unbounded
 from torchrl.envs import EnvBase, SerialEnv, Transform, TransformedEnv
+from torchrl._utils import seed_generator
 from torchrl.envs.libs.meltingpot import MeltingpotEnv
 from torchrl.envs.utils import MarlGroupMapType
 
@@ -113,10 +114,16 @@ class SeededMeltingpotEnv(MeltingpotEnv):
     def __init__(self, substrate: str, roles: tuple[str, ...] | None = None, seed: int | None = None,
                  **kwargs: Any) -> None:
         self._substrate_name, self._roles, self._build_seed = substrate, roles, seed
+        #: the seed of a substrate built and never reset yet: set_seed with it has nothing to rebuild
+        self._unused_seed = seed
         super().__init__(substrate, **kwargs)
 
     def _build_env(self, substrate):
         return self._substrate(self._build_seed)
+
+    def _reset(self, tensordict=None, **kwargs):
+        self._unused_seed = None
+        return super()._reset(tensordict, **kwargs)
 
     def _substrate(self, seed: int | None):
         mp_substrate = import_meltingpot()
@@ -125,8 +132,11 @@ class SeededMeltingpotEnv(MeltingpotEnv):
             return mp_substrate.build_from_config(config, roles=self._roles or config.default_player_roles)
 
     def _set_seed(self, seed: int | None) -> None:
+        if seed is not None and seed == self._unused_seed:  # a build costs as much as a reset: skip a second one
+            return
         self._env.close()
         self._env = self._substrate(seed)
+        self._unused_seed = seed
         self.num_cycles = 0
 
 
@@ -219,13 +229,14 @@ class MeltingPotTask(Task):
             return _GROUP_MAP_TYPES[self.agent_groups]
         return {g: list(a) for g, a in self.agent_groups.items()}
 
-    def _one_episode(self, device: torch.device | str, seed: int | None = None):
+    def _one_episode(self, device: torch.device | str):
+        """A picklable factory of one episode's env (``seed=`` selects its substrate's seed)."""
         return functools.partial(_substrate_env, self.substrate, None if self.roles is None else tuple(self.roles),
-                                 self.max_steps, self._group_map_arg(), str(device), seed)
+                                 self.max_steps, self._group_map_arg(), str(device))
 
     def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
-        # each episode's substrate is built once with its seed (seed, seed + 1, …, as torchrl's set_seed would give
-        # them), not built unseeded and rebuilt by set_seed: a build costs as much as a reset
+        # each episode's substrate is built once with its seed, not built unseeded and rebuilt by set_seed: a build
+        # costs as much as a reset
         env = batched_env(self._one_episode(device), num_envs, device, num_workers=self.num_workers) if seed is None \
             else _seeded_batch(self, num_envs, seed, device)
         return TransformedEnv(env, PlayerView(env.full_observation_spec, list(self._single_group_map),
@@ -251,13 +262,20 @@ class MeltingPotTask(Task):
 
 
 def _seeded_batch(task: MeltingPotTask, num_envs: int, seed: int, device) -> EnvBase:
-    """``num_envs`` episodes, episode ``i`` built with seed ``seed + i``; with workers, seeded through torchrl's
+    """``num_envs`` episodes, each substrate built with the seed torchrl's ``set_seed(seed)`` would give it (so a
+    later ``set_seed(seed)``, as every evaluation does, finds them built already); with workers, seeded through
     ``set_seed`` (each worker rebuilds its substrates once)."""
     if task.num_workers > 1:
         env = batched_env(task._one_episode(device), num_envs, device, num_workers=task.num_workers)
         env.set_seed(seed)
         return env
-    env = SerialEnv(num_envs, [task._one_episode(device, seed + i) for i in range(num_envs)], device=device)
+    seeds = [seed]
+    for _ in range(num_envs - 1):
+        seeds.append(seed_generator(seeds[-1]))
+    # one factory with per-episode seeds: torchrl then builds a single episode for the specs (a list of factories
+    # would be built twice, once for their specs and once to run)
+    env = SerialEnv(num_envs, task._one_episode(device), create_env_kwargs=[{"seed": s} for s in seeds],
+                    device=device)
     env.start()  # built now, as set_seed would have (and close() refuses an env that never started)
     return env
 
