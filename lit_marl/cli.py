@@ -9,6 +9,7 @@
     lit-marl benchmark --config configs/benchmarks/vmas_on_policy.yaml     # algorithms × tasks × seeds
     lit-marl report runs/benchmarks/vmas_on_policy --out report/           # plots and tables
     lit-marl compare <eval folder A> <eval folder B>                       # paired difference with a CI
+    lit-marl export --ckpt_path runs/<run>/checkpoints/last.ckpt --format onnx  # deployable per-group policies
 
 Every run writes into a new folder ``runs/<name>/version_<n>/`` (``config.yaml``, ``metrics.csv``,
 ``checkpoints/``): nothing of an earlier run is overwritten.
@@ -243,6 +244,7 @@ RESULT_COMMANDS = {
     "benchmark": "lit_marl.evaluation.benchmark",
     "report": "lit_marl.evaluation.results",
     "compare": "lit_marl.evaluation.evaluate",
+    "export": "lit_marl.export",
 }
 
 

@@ -48,14 +48,26 @@ CONFIG_OVERRIDES = {
     # 500-step Box2D episodes: evaluate 2 of at most 100 steps (= the collection's 100 steps per env)
     "ippo_sisl_multiwalker.yaml": ["--model.init_args.evaluation_episodes", "2",
                                    "--model.init_args.task.init_args.max_steps", "100"],
+    # Melting Pot steps one substrate at a time, 4-45 ms a step: 2 episodes of 10 steps, 1 evaluation episode
+    **{name: ["--model.init_args.frames_per_batch", "20", "--model.init_args.num_envs", "2",
+              "--model.init_args.minibatch_size", "20", "--model.init_args.evaluation_episodes", "1",
+              "--model.init_args.task.init_args.max_steps", "10"]
+       for name in ("mappo_meltingpot_collaborative_cooking.yaml", "mappo_meltingpot_prisoners_dilemma.yaml")},
+    # seven players on a 144x192 map, 45 ms a step and 2 s a reset: one episode of 10 steps
+    "ippo_meltingpot_commons_harvest.yaml": ["--model.init_args.frames_per_batch", "10",
+                                             "--model.init_args.num_envs", "1", "--model.init_args.minibatch_size",
+                                             "10", "--model.init_args.evaluation_episodes", "1",
+                                             "--model.init_args.task.init_args.max_steps", "10"],
 }
 
 
 @pytest.mark.parametrize("config", sorted(p.name for p in CONFIGS.glob("*.yaml")))
 def test_every_config_runs_one_iteration(config):
     text = (CONFIGS / config).read_text()
-    frames = yaml.safe_load(text)["model"]["init_args"]["frames_per_batch"]
-    _fit(CONFIGS / config, "--model.init_args.max_frames", str(frames), *CONFIG_OVERRIDES.get(config, []))
+    overrides = CONFIG_OVERRIDES.get(config, [])
+    frames = int(dict(zip(overrides[::2], overrides[1::2])).get(
+        "--model.init_args.frames_per_batch", yaml.safe_load(text)["model"]["init_args"]["frames_per_batch"]))
+    _fit(CONFIGS / config, "--model.init_args.max_frames", str(frames), *overrides)
     (run,) = _run_dirs()
     rows = list(csv.DictReader(open(run / "metrics.csv")))
     assert max(float(r["counters/frames"]) for r in rows if r.get("counters/frames")) == frames

@@ -4,6 +4,7 @@
   aggregates with bootstrap CIs, provenance, videos of the first K episodes (:class:`EvaluationReport`).
 - :func:`compare` / :func:`compare_checkpoints`: two checkpoints on the same episodes, paired difference with a CI.
 - :class:`MarlEvalJson`: marl-eval's JSON during training, with the protocol's absolute metrics.
+- :class:`CollectiveReward`: Melting Pot's collective reward per collected step and evaluation episode.
 - :class:`CollectionExport`: training batches as memory-mapped TensorDicts (:func:`load_collections`).
 - :mod:`lit_marl.evaluation.statistics`: the statistics (scipy's bootstrap).
 """
@@ -20,6 +21,7 @@ from lit_marl.evaluation.evaluate import (
     load_episodes,
     read_eval_info,
 )
+from lit_marl.evaluation.collective import CollectiveReward
 from lit_marl.evaluation.episodes import episode_records, first_episode_mask
 from lit_marl.evaluation.export import CollectionExport, load_collections
 from lit_marl.evaluation.marl_eval import MarlEvalJson
@@ -28,6 +30,7 @@ __all__ = [
     "EVAL_INFO",
     "EvaluationReport",
     "CollectionExport",
+    "CollectiveReward",
     "load_collections",
     "algorithm_class",
     "build_eval_info",

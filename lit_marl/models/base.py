@@ -70,6 +70,14 @@ class ModelInputs:
         return ", ".join(f"{key}: {list(shape)}" for key, shape in zip(self.keys, self.shapes))
 
 
+def as_features(x: torch.Tensor) -> torch.Tensor:
+    """A network's float input: uint8 entries are pixels (Melting Pot's images), read as intensities in [0, 1];
+    other dtypes are cast to float as they are."""
+    if x.dtype == torch.uint8:
+        return x.to(torch.float32) / 255
+    return x if x.is_floating_point() else x.float()
+
+
 class FlattenConcat(nn.Module):
     """Flattens each input's feature dims (after the agent dim), concatenates them and applies ``net``,
     then ``head`` where given (e.g. splitting the output into a normal's location and scale)."""
@@ -81,7 +89,7 @@ class FlattenConcat(nn.Module):
         self.feature_ndims = list(feature_ndims)
 
     def forward(self, *inputs: torch.Tensor) -> Any:
-        parts = [x if nd == 1 else x.flatten(x.dim() - nd) for x, nd in zip(inputs, self.feature_ndims)]
+        parts = [as_features(x if nd == 1 else x.flatten(x.dim() - nd)) for x, nd in zip(inputs, self.feature_ndims)]
         out = self.net(parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1))
         return out if self.head is None else self.head(out)
 

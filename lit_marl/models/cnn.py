@@ -10,7 +10,7 @@ from torch import nn
 from torchrl.modules import MultiAgentConvNet, MultiAgentMLP
 
 from lit_marl.errors import ConfigError, check_types
-from lit_marl.models.base import ModelConfig, ModelInputs
+from lit_marl.models.base import ModelConfig, ModelInputs, as_features
 from lit_marl.models.mlp import _activation, _positive_ints
 
 
@@ -30,7 +30,7 @@ class _ConvThenMlp(nn.Module):
         if self.channels_last:  # [*B, n_agents, H, W, C] -> [*B, n_agents, C, H, W]
             image = image.movedim(-1, -3)
         # flat entries are [*B, n_agents, features] already
-        features = [self.conv(image.float()), *(x for i, x in enumerate(inputs) if i not in self.image_slots)]
+        features = [self.conv(as_features(image)), *(x for i, x in enumerate(inputs) if i not in self.image_slots)]
         out = self.mlp(features[0] if len(features) == 1 else torch.cat(features, dim=-1))
         return out if self.head is None else self.head(out)
 

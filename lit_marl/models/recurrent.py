@@ -21,6 +21,7 @@ collects them from a module, for a :class:`~torchrl.envs.TensorDictPrimer`.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections.abc import Iterator
 
@@ -133,7 +134,7 @@ class MultiAgentRecurrent(TensorDictModuleBase):
             next_states = [torch.stack(parts, dim=1).reshape(*batch, self.n_agents, self.n_layers, self.hidden_size)
                            for parts in zip(*stored)]
         else:
-            n = batch.numel()
+            n = math.prod(batch)  # not batch.numel(): that fixes a symbolic batch size when exporting the policy
             out, next_states = self._step(
                 x.reshape(n, self.n_agents, -1),
                 [s.reshape(n, self.n_agents, self.n_layers, self.hidden_size) for s in states],
