@@ -34,7 +34,6 @@ from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
 from torchrl.data import Composite
 from torchrl.envs import EnvBase, InitTracker, TensorDictPrimer, Transform
-from torchrl.envs.utils import ExplorationType, set_exploration_type
 from typing_extensions import override
 
 from lit_marl import __version__
@@ -48,6 +47,7 @@ from lit_marl.checkpoint import (
     read_checkpoint,
 )
 from lit_marl.data import EvaluationBatches, OnPolicyData, Sampler
+from lit_marl.data.evaluator import Evaluator, episode_returns
 from lit_marl.distributed import check_shares, check_strategy, reduce_means, world_size_of
 from lit_marl.envs.base import Task
 from lit_marl.models import ModelConfig, Mlp
@@ -223,7 +223,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
 
         # Runtime state: plain attributes (not submodules), rebuilt lazily.
         self._sampler: Sampler | None = None
-        self._eval_envs: dict[int, EnvBase] = {}
+        self._evaluator: Evaluator | None = None
         self._restored: dict[str, Any] | None = None
         self._epoch_metrics: dict[str, list[torch.Tensor]] = defaultdict(list)
         self._eval_rollouts: list[TensorDictBase] = []
@@ -658,35 +658,21 @@ class MarlAlgorithm(pl.LightningModule, ABC):
             env.append_transform(transform)
         return env
 
-    def _eval_env(self, num_envs: int) -> EnvBase:
-        if num_envs not in self._eval_envs:
-            with self.task.isolated_rng():
-                self._eval_envs[num_envs] = self.make_env(num_envs, seed=self.evaluation_seed)
-        return self._eval_envs[num_envs]
+    @property
+    def evaluator(self) -> Evaluator:
+        """The evaluation envs and seeded rollouts (validation, ``lit-marl test``, marl-eval JSON, videos)."""
+        if self._evaluator is None:
+            self._evaluator = Evaluator(self.task, lambda num_envs: self.make_env(num_envs, seed=self.evaluation_seed))
+        return self._evaluator
 
     def evaluate(self, seed: int, num_envs: int) -> TensorDictBase:
-        """Roll out ``num_envs`` seeded episodes; returns the rollout ``[num_envs, max_steps]`` with
-        ``("episode", "mask")`` marking the steps of each env's first episode (later steps never count)."""
-        env = self._eval_env(num_envs)
-        mode = ExplorationType.DETERMINISTIC if self.evaluation_deterministic else ExplorationType.RANDOM
-        with self.task.isolated_rng(seed), torch.no_grad(), set_exploration_type(mode):
-            env.set_seed(seed)
-            rollout = env.rollout(self.task.max_steps, policy=self.evaluation_policy, auto_reset=True,
-                                  break_when_any_done=False)
-        done = torch.zeros(rollout.batch_size, dtype=torch.bool, device=rollout.device)
-        for key in env.done_keys:
-            flag = rollout.get(("next", *(key if isinstance(key, tuple) else (key,))))
-            done |= flag.reshape(*rollout.batch_size, -1).all(-1)
-        # a step is real if no done was reported before it (the done step itself counts)
-        ended_before = (done.cumsum(-1) - done.long()) > 0
-        rollout.set(("episode", "mask"), ~ended_before)
-        return rollout
+        """Roll out ``num_envs`` seeded episodes with :attr:`evaluation_policy`; returns the rollout
+        ``[num_envs, max_steps]`` with ``("episode", "mask")`` marking the steps of each env's first episode."""
+        return self.evaluator.rollout(self.evaluation_policy, seed, num_envs, self.evaluation_deterministic)
 
     def episode_returns(self, rollout: TensorDictBase) -> dict[str, torch.Tensor]:
-        """Return of each evaluated episode per group ``{group: [num_envs]}`` (mean over the group's
-        agents of the summed reward), counting only the real steps of ``evaluate``'s rollout."""
-        mask = rollout.get(("episode", "mask")).unsqueeze(-1)  # [E, T, 1]
-        return {g: (rollout.get(("next", g, "reward")).squeeze(-1) * mask).sum(1).mean(-1) for g in self.groups}
+        """Return of each evaluated episode per group ``{group: [num_envs]}`` over ``evaluate``'s real steps."""
+        return episode_returns(self.groups, rollout)
 
     def _evaluation_step(self, batch: dict[str, int], prefix: str) -> None:
         start = time.perf_counter()
@@ -762,10 +748,9 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         if self._sampler is not None:
             self._sampler.close()
             self._sampler = None
-        for env in self._eval_envs.values():
-            if not env.is_closed:
-                env.close()
-        self._eval_envs = {}
+        if self._evaluator is not None:
+            self._evaluator.close()
+            self._evaluator = None
 
 
 class OnPolicyAlgorithm(MarlAlgorithm):

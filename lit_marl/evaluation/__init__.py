@@ -22,7 +22,8 @@ from lit_marl.evaluation.evaluate import (
     read_eval_info,
 )
 from lit_marl.evaluation.collective import CollectiveReward
-from lit_marl.evaluation.episodes import episode_records, first_episode_mask
+from lit_marl.data.evaluator import first_episode_mask
+from lit_marl.evaluation.episodes import episode_records
 from lit_marl.evaluation.export import CollectionExport, load_collections
 from lit_marl.evaluation.marl_eval import MarlEvalJson
 

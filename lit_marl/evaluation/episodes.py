@@ -1,8 +1,7 @@
 """Per-episode records from evaluation rollouts.
 
-An evaluation rollout (``MarlAlgorithm.evaluate``) is ``[num_envs, max_steps]``: batched simulators such as
-VMAS keep stepping an env after its episode ended (it auto-resets), so ``("episode", "mask")`` marks the
-steps of each env's *first* episode. Everything here reads real steps only: returns are sums over them, the
+An evaluation rollout (:class:`~lit_marl.data.evaluator.Evaluator`) is ``[num_envs, max_steps]`` with
+``("episode", "mask")`` marking the steps of each env's *first* episode. Everything here reads real steps only: returns are sums over them, the
 largest and mean step reward are taken over them (an episode of negative rewards has a negative maximum),
 and the length is their count.
 """
@@ -75,17 +74,3 @@ def _success(task: Task, rollout: TensorDictBase, mask: torch.Tensor) -> torch.T
         flags.append(rollout.get(key).reshape(*mask.shape, -1).bool().all(-1))
     every_agent = torch.stack(flags).all(0)  # [E, T]
     return (every_agent & mask).any(-1)
-
-
-def first_done(env, steps: TensorDictBase) -> torch.Tensor:
-    """``[E, T]``: where any done key of ``env`` is set for every agent (``steps`` is the ``"next"`` part)."""
-    done = torch.zeros(steps.batch_size[:2], dtype=torch.bool, device=steps.device)
-    for key in env.done_keys:
-        done |= steps.get(key).reshape(*steps.batch_size[:2], -1).all(-1)
-    return done
-
-
-def first_episode_mask(env, rollout: TensorDictBase) -> torch.Tensor:
-    """``[E, T]``: True on the steps of each env's first episode, the step that ended it included."""
-    done = first_done(env, rollout.get("next"))
-    return (done.cumsum(-1) - done.long()) == 0

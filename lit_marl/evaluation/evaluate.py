@@ -35,7 +35,7 @@ from lit_marl.errors import ConfigError
 from lit_marl.evaluation.episodes import episode_records
 from lit_marl.evaluation.io import new_folder, provenance, write_json
 from lit_marl.evaluation.statistics import CONFIDENCE, N_RESAMPLES, paired_difference, scipy_stats, summarize
-from lit_marl.evaluation.video import VideoWriter, render_batch, require_encoder, require_renderer
+from lit_marl.evaluation.video import VideoWriter, require_encoder, require_renderer
 
 EVAL_INFO = "eval_info.json"
 
@@ -143,7 +143,7 @@ class EvaluationReport(MarlCallback):
         if (self._evaluations - 1) % self.val_video_every:
             return
         batch = next(iter(pl_module.val_dataloader()))
-        frames, _ = render_batch(pl_module, batch["seed"], batch["num_envs"], [0])
+        frames, _ = _render(pl_module, batch, [0])
         folder = Path(trainer.log_dir or trainer.default_root_dir) / "videos"
         folder.mkdir(parents=True, exist_ok=True)
         writer = VideoWriter(self.fps)
@@ -167,7 +167,7 @@ class EvaluationReport(MarlCallback):
                 wanted = [i for i in range(batch["num_envs"]) if batch["first_episode"] + i < self._videos]
                 if not wanted:
                     continue
-                frames, replay = render_batch(pl_module, batch["seed"], batch["num_envs"], wanted)
+                frames, replay = _render(pl_module, batch, wanted)
                 replayed = episode_records(pl_module.task, replay, batch["seed"], batch["first_episode"])
                 for i in wanted:
                     record = records[batch["first_episode"] + i]
@@ -183,6 +183,12 @@ class EvaluationReport(MarlCallback):
         finally:
             written = writer.close()
         _log_videos(pl_module, written, rendered, self.fps)
+
+
+def _render(module, batch: dict[str, int], env_indices: list[int]) -> tuple[dict[int, list], TensorDictBase]:
+    """Replay an evaluation batch of ``module`` with its evaluation settings, rendering ``env_indices``."""
+    return module.evaluator.render(module.evaluation_policy, batch["seed"], batch["num_envs"], env_indices,
+                                   module.evaluation_deterministic)
 
 
 def _checkpoint_file(ckpt_path: Any) -> str | None:

@@ -12,17 +12,12 @@ import queue
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import torch
-from tensordict import TensorDictBase
-from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from lit_marl.atomic import atomic_target
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError
-from lit_marl.evaluation.episodes import first_done, first_episode_mask
 
 #: what to install for videos
 INSTALL_HINT = "pip install av (or pip install 'lit-marl[eval]')"
@@ -100,41 +95,3 @@ class VideoWriter:
         if self._errors:
             raise self._errors[0]
         return self.written
-
-
-def render_batch(module: Any, seed: int, num_envs: int, env_indices: Sequence[int]) -> tuple[dict[int, list], TensorDictBase]:
-    """Replay the evaluation batch ``(seed, num_envs)`` of ``module`` and render ``env_indices``.
-
-    Returns ``({env_index: frames}, rollout)``: each env is rendered until its first episode ends, one frame
-    per real step, and the rollout carries ``("episode", "mask")`` so its returns can be checked against the
-    evaluated ones. Uses a fresh env and the module's evaluation settings, inside the task's isolated RNG, as
-    ``MarlAlgorithm.evaluate`` does.
-    """
-    task: Task = module.task
-    mode = ExplorationType.DETERMINISTIC if module.evaluation_deterministic else ExplorationType.RANDOM
-    frames: dict[int, list] = {i: [] for i in env_indices}
-    alive = set(env_indices)
-    with task.isolated_rng():
-        env = module.make_env(num_envs, seed=module.evaluation_seed)  # + recurrent-state transforms
-    try:
-        with task.isolated_rng(seed), torch.no_grad(), set_exploration_type(mode):
-            env.set_seed(seed)
-            td = env.reset()
-            for i in env_indices:
-                frames[i].append(task.render(env, i))
-
-            def render_next(_env, step: TensorDictBase) -> None:
-                # called after every step but the last, once finished envs were reset
-                done = first_done(env, step.get("next").unsqueeze(-1)).squeeze(-1)
-                for i in sorted(alive):
-                    if done[i]:
-                        alive.discard(i)
-                    else:
-                        frames[i].append(task.render(env, i))
-
-            rollout = env.rollout(task.max_steps, policy=module.evaluation_policy, tensordict=td, auto_reset=False,
-                                  break_when_any_done=False, callback=render_next)
-    finally:
-        env.close()
-    rollout.set(("episode", "mask"), first_episode_mask(env, rollout))
-    return frames, rollout
