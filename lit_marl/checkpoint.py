@@ -205,31 +205,3 @@ def check_state_dict(saved: dict[str, Any], current: dict[str, torch.Tensor], so
         f"{source}: the checkpoint's networks do not fit the model: {'; '.join(parts)}; allowed: the actor_model, "
         f"critic_model and parameter-sharing settings the checkpoint was trained with (its run's config.yaml)"
     )
-
-
-def _atomic_csv_rewrite(self, fieldnames: list[str]) -> None:
-    """``_ExperimentWriter._rewrite_with_new_header`` through a temporary file and a rename (Lightning truncates
-    ``metrics.csv`` and writes it again in place, so a kill in between would cut every row written before)."""
-    import csv
-
-    path = Path(self.metrics_file_path)
-    with open(path, newline="") as f:
-        metrics = list(csv.DictReader(f))
-    with atomic_target(path) as tmp, open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fieldnames)
-        writer.writeheader()
-        writer.writerows(metrics)
-
-
-def atomic_csv_rewrites(logger: Any) -> None:
-    """Make a Lightning ``CSVLogger`` on a local file system replace ``metrics.csv`` atomically when a new column
-    appears (the first evaluation, the first finished episode); appends stay as Lightning writes them."""
-    from lightning.fabric.loggers.csv_logs import _ExperimentWriter
-    from lightning.pytorch.loggers import CSVLogger
-
-    if not isinstance(logger, CSVLogger) or getattr(logger._fs, "protocol", "file") not in ("file", ("file", "local")):
-        return
-    experiment = logger.experiment
-    if isinstance(experiment, _ExperimentWriter) and not getattr(experiment, "_lit_marl_atomic", False):
-        experiment._rewrite_with_new_header = _atomic_csv_rewrite.__get__(experiment)
-        experiment._lit_marl_atomic = True

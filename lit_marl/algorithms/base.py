@@ -16,10 +16,7 @@ Per-group hooks a subclass overrides (BenchMARL's decomposition):
 from __future__ import annotations
 
 import inspect
-import signal
-import threading
 import time
-from pathlib import Path
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from typing import Any, ClassVar
@@ -28,7 +25,6 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from lightning.pytorch.utilities import rank_zero_info
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
@@ -37,11 +33,17 @@ from torchrl.envs import EnvBase, InitTracker, TensorDictPrimer, Transform
 from typing_extensions import override
 
 from lit_marl import __version__
-from lit_marl.callbacks import call_marl_hook
+from lit_marl.callbacks import (
+    FrameBudget,
+    MetricsFileRepair,
+    NumericalFaultPolicy,
+    PreemptionCheckpoint,
+    call_marl_hook,
+)
+from lit_marl.lightning_adapter import attached_trainer, logged_step
 from lit_marl.checkpoint import (
     FORMAT_VERSION,
     AtomicCheckpointIO,
-    atomic_csv_rewrites,
     check_compatible,
     check_state_dict,
     read_checkpoint,
@@ -54,9 +56,7 @@ from lit_marl.models import ModelConfig, Mlp
 from lit_marl.models.recurrent import recurrent_state_specs
 from lit_marl.errors import (
     ConfigError,
-    NumericalError,
     check_types,
-    one_of,
     positive_float,
     positive_int,
     unit_interval,
@@ -129,12 +129,9 @@ class MarlAlgorithm(pl.LightningModule, ABC):
     supports_continuous_actions: ClassVar[bool] = True
     supports_discrete_actions: ClassVar[bool] = True
     #: what a NaN/Inf loss term or gradient does: ``"stop"`` training with a :class:`NumericalError` naming the
-    #: group, term and iteration (nothing poisoned is stepped or saved), or ``"skip"`` that update (counted in
-    #: ``train/skipped_updates``). Set per run with ``lit-marl fit --nan_policy skip`` or on the instance.
+    #: group, term and iteration, or ``"skip"`` that update (see :class:`~lit_marl.callbacks.NumericalFaultPolicy`).
+    #: Set per run with ``lit-marl fit --nan_policy skip`` or on the instance.
     nan_policy: str = "stop"
-    NAN_POLICIES: ClassVar[tuple[str, ...]] = ("stop", "skip")
-    #: signals that make ``fit`` save a checkpoint at the end of the current iteration and stop (pre-emption)
-    STOP_SIGNALS: ClassVar[tuple[int, ...]] = (signal.SIGTERM, signal.SIGUSR1)
 
     def __init__(
         self,
@@ -228,15 +225,14 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         self._epoch_metrics: dict[str, list[torch.Tensor]] = defaultdict(list)
         self._eval_rollouts: list[TensorDictBase] = []
         self._timer: dict[str, float] = {}
-        self._skipped_updates = 0
         #: whether the current optimizer step was skipped for a NaN/Inf (``nan_policy="skip"``)
         self.update_skipped = False
-        #: the last iteration's training row as logged (saved in checkpoints; see _recover_iteration_row)
-        self._iteration_row: dict[str, Any] | None = None
+        #: the last iteration's training row as logged: ``{"step", "epoch", "metrics"}`` (checkpoints carry it)
+        self.iteration_row: dict[str, Any] | None = None
         #: the signal that stopped the last ``fit`` (after saving ``signal_checkpoint``), or None
         self.stopped_by_signal: int | None = None
         self.signal_checkpoint: str | None = None
-        self._received_signal: int | None = None
+        self._faults = NumericalFaultPolicy()
 
     @staticmethod
     def base_init_args(values: dict[str, Any]) -> dict[str, Any]:
@@ -343,8 +339,6 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         check_shares(self, self.world_size, stage)
         if type(strategy.checkpoint_io) is TorchCheckpointIO:
             strategy.checkpoint_io = AtomicCheckpointIO()
-        for logger in self.trainer.loggers:  # metrics.csv rewritten atomically when a column appears
-            atomic_csv_rewrites(logger)
         ckpt_path = self.trainer.ckpt_path
         if ckpt_path and str(ckpt_path) not in ("last", "best", "hpc", "registry"):
             meta = read_checkpoint(ckpt_path)["lit_marl"]
@@ -352,12 +346,15 @@ class MarlAlgorithm(pl.LightningModule, ABC):
 
     @override
     def configure_callbacks(self) -> list[pl.Callback]:
-        """Refresh Lightning's default progress bar every 20 steps instead of every step: hundreds of
-        minibatch steps per iteration make a per-step refresh cost ~1% of training time."""
-        bar = self.trainer.progress_bar_callback if self._trainer is not None else None
+        """The callbacks every run of an algorithm needs, so a plain ``Trainer`` gets them too: the frame budget,
+        the NaN/Inf policy, ``metrics.csv`` repair and pre-emption signals. Also refreshes Lightning's default
+        progress bar every 20 steps instead of every step: hundreds of minibatch steps per iteration make a per-step
+        refresh cost ~1% of training time."""
+        callbacks: list[pl.Callback] = [FrameBudget(), self._faults, MetricsFileRepair(), PreemptionCheckpoint()]
+        bar = self.trainer.progress_bar_callback if attached_trainer(self) is not None else None
         if type(bar) is TQDMProgressBar and bar.refresh_rate == 1:
-            return [TQDMProgressBar(refresh_rate=20)]
-        return []
+            callbacks.append(TQDMProgressBar(refresh_rate=20))
+        return callbacks
 
     @override
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
@@ -368,12 +365,12 @@ class MarlAlgorithm(pl.LightningModule, ABC):
 
     @property
     def rank(self) -> int:
-        return self.trainer.global_rank if self._trainer is not None else 0
+        return self.trainer.global_rank if attached_trainer(self) is not None else 0
 
     @property
     def world_size(self) -> int:
         """Processes sharing the global sizes (``num_envs``, ``frames_per_batch``, minibatches, episodes)."""
-        return world_size_of(self._trainer)
+        return world_size_of(attached_trainer(self))
 
     def _get_sampler(self) -> Sampler:
         if self._sampler is None:
@@ -409,9 +406,9 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         self._timer = {"iteration_start": start}
         batch = self._get_sampler().collect(self.iteration)
         self.frames += batch.numel() * self.world_size  # every process collects the same share
-        self._record("timers/collection_time", time.perf_counter() - start)
+        self.record("timers/collection_time", time.perf_counter() - start)
         self._record_collection_metrics(batch)
-        call_marl_hook(self._trainer, self, "on_batch_collected", batch)
+        call_marl_hook(attached_trainer(self), self, "on_batch_collected", batch)
         return batch
 
     def mark_training_start(self) -> None:
@@ -432,19 +429,18 @@ class MarlAlgorithm(pl.LightningModule, ABC):
             if done is None:  # VMAS reports done once for all agents, at the root
                 done = nxt.get("done")
             finished = done.reshape(*batch.batch_size, -1).any(-1)  # [*B]
-            self._record(f"collection/{group}/reward/reward_mean", nxt.get((group, "reward")).mean())
+            self.record(f"collection/{group}/reward/reward_mean", nxt.get((group, "reward")).mean())
             if finished.any():
                 episode_reward = nxt.get((group, "episode_reward")).reshape(*batch.batch_size, -1).mean(-1)
                 returns.append(episode_reward[finished].mean())
-                self._record(f"collection/{group}/reward/episode_reward_mean", returns[-1])
+                self.record(f"collection/{group}/reward/episode_reward_mean", returns[-1])
         if returns:
-            self._record("collection/reward/episode_reward_mean", torch.stack(returns).mean())
+            self.record("collection/reward/episode_reward_mean", torch.stack(returns).mean())
 
     # ------------------------------------------------------------------ training
     @override
     def training_step(self, batch: TensorDictBase, batch_idx: int) -> torch.Tensor | None:
         total, scalars, objective = None, {}, []
-        self.update_skipped = False
         for group in self.groups:
             terms = self.loss(group, self.group_batch(batch, group))
             for name, value in terms.items():
@@ -461,22 +457,12 @@ class MarlAlgorithm(pl.LightningModule, ABC):
             if self._numerical_fault(f"loss term {group}/{name} is {value.item()}", batch_idx):
                 return None  # Lightning skips backward and the optimizer step
         for name, value in scalars.items():
-            self._record(name, value)
+            self.record(name, value)
         return total
 
     def _numerical_fault(self, what: str, batch_idx: int) -> bool:
-        """A NaN/Inf in this optimizer step: True to skip it (``nan_policy="skip"``), else raise NumericalError."""
-        policy = one_of("nan_policy", self.nan_policy, self.NAN_POLICIES)
-        where = f"at iteration {self.iteration + 1} (frames {self.frames}), minibatch {batch_idx}"
-        if policy == "skip":
-            self._skipped_updates += 1
-            self.update_skipped = True  # e.g. for priority or target updates in on_train_batch_end
-            return True
-        raise NumericalError(
-            f"{what} {where}: training stopped before the update, so no weights were changed and the last "
-            f"checkpoint is kept as it was; allowed: finite losses and gradients (lower lr, stronger "
-            f"gradient_clip_val), or nan_policy='skip' (--nan_policy skip) to skip such updates"
-        )
+        """A NaN/Inf in this optimizer step: True to skip it, else NumericalError (:class:`NumericalFaultPolicy`)."""
+        return self._faults.fault(self, what, batch_idx)
 
     @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -508,124 +494,32 @@ class MarlAlgorithm(pl.LightningModule, ABC):
                 torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
             elif gradient_clip_val is not None:
                 torch.nn.utils.clip_grads_with_norm_(params, float(gradient_clip_val), norm)
-            self._record(f"train/{param_group['name']}/grad_norm", norm)
+            self.record(f"train/{param_group['name']}/grad_norm", norm)
 
-    def _record(self, name: str, value: torch.Tensor | float) -> None:
+    def record(self, name: str, value: torch.Tensor | float) -> None:
         """Accumulate a scalar; averaged and logged once per iteration (cheaper than self.log per step)."""
         if isinstance(value, torch.Tensor):
             value = value.detach()
         self._epoch_metrics[name].append(torch.as_tensor(value, dtype=torch.float32))
 
     @override
-    def on_train_start(self) -> None:
-        if self.frames >= self.max_frames:
-            rank_zero_info(f"lit-marl: frame budget max_frames={self.max_frames} already reached ({self.frames})")
-            self.trainer.should_stop = True
-        self._install_signal_handlers()
-        self._recover_iteration_row()
-
-    def _recover_iteration_row(self) -> None:
-        """Write the checkpointed iteration's training row if the run it resumes from never did.
-
-        Lightning writes an iteration's training row to the loggers after ``ModelCheckpoint`` saved (design note
-        21): a run killed between the two leaves a checkpoint whose row exists nowhere, and the resumed run starts
-        with the next iteration. The checkpoint carries the row; if the checkpoint's own run folder has a
-        ``metrics.csv`` without it, the resumed run logs it first, with its original step."""
-        row = (self._restored or {}).pop("iteration_row", None)
-        ckpt_path = self.trainer.ckpt_path
-        if not row or not ckpt_path or not self.trainer.loggers:
-            return
-        source = Path(str(ckpt_path)).resolve().parent.parent / "metrics.csv"
-        if Path(str(ckpt_path)).resolve().parent.name != "checkpoints" or not source.is_file():
-            return
-        import csv
-
-        with open(source, newline="") as f:
-            iteration = str(float(row["metrics"].get("counters/iteration", -1)))
-            if any(r.get("counters/iteration") == iteration for r in csv.DictReader(f)):
-                return
-        rank_zero_info(f"lit-marl: {source} lacks iteration {self.iteration}'s training row (killed while "
-                       f"writing it); logging it from the checkpoint")
-        for logger in self.trainer.loggers:
-            logger.log_metrics({**row["metrics"], "epoch": row["epoch"]}, step=row["step"])
-            logger.save()
-
-    def _install_signal_handlers(self) -> None:
-        """SIGTERM / SIGUSR1 (what SLURM and most schedulers send before a kill) finish the current iteration,
-        save a checkpoint and stop. Replaces Lightning's own SIGTERM handler, which outside SLURM stops at the
-        next minibatch without saving; Lightning restores the previous handlers when ``fit`` ends."""
-        self.stopped_by_signal = self.signal_checkpoint = None
-        self._received_signal = None
-        if threading.current_thread() is not threading.main_thread():
-            return
-        connector = getattr(self.trainer, "_signal_connector", None)
-        if connector is not None and connector.received_sigterm:  # arrived before training started
-            connector.received_sigterm = False
-            self._received_signal = signal.SIGTERM
-
-        def handler(signum, frame):
-            if self._received_signal is None:
-                self._received_signal = signum
-                rank_zero_info(f"lit-marl: received {signal.Signals(signum).name}; saving a checkpoint at the end "
-                               f"of iteration {self.iteration + 1}, then stopping")
-
-        for signum in self.STOP_SIGNALS:
-            signal.signal(signum, handler)
-
-    def _stop_on_signal(self) -> None:
-        """At the end of an iteration: if a stop signal arrived (on any rank), save ``last.ckpt`` and stop."""
-        received = self.trainer.strategy.reduce_boolean_decision(self._received_signal is not None, all=False)
-        if not received:
-            return
-        callback = self.trainer.checkpoint_callback
-        if callback is not None and callback.dirpath:
-            path = Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}{callback.FILE_EXTENSION}"
-        else:
-            path = Path(self.trainer.log_dir or self.trainer.default_root_dir) / "checkpoints" / "last.ckpt"
-        self.trainer.save_checkpoint(path)
-        self.stopped_by_signal = self._received_signal or signal.SIGTERM
-        self.signal_checkpoint = str(path)
-        self.trainer.should_stop = True
-        rank_zero_info(f"lit-marl: stopped by {signal.Signals(self.stopped_by_signal).name} after iteration "
-                       f"{self.iteration} (frames {self.frames}); resume with --ckpt_path {path}")
-
-    @override
     def on_train_epoch_end(self) -> None:
         now = time.perf_counter()
         if "training_start" in self._timer:
-            self._record("timers/training_time", now - self._timer["training_start"])
+            self.record("timers/training_time", now - self._timer["training_start"])
         if "iteration_start" in self._timer:
-            self._record("timers/iteration_time", now - self._timer["iteration_start"])
+            self.record("timers/iteration_time", now - self._timer["iteration_start"])
         self.iteration += 1
         metrics = reduce_means(self._epoch_metrics)  # pooled over every DDP process
         self._epoch_metrics.clear()
         metrics["counters/frames"] = torch.tensor(float(self.frames))
         metrics["counters/iteration"] = torch.tensor(float(self.iteration))
-        if self.nan_policy == "skip":
-            metrics["train/skipped_updates"] = torch.tensor(float(self._skipped_updates))
-        self._skipped_updates = 0
-        self._check_finite_weights()
         # as Lightning will log it (after the checkpoint callbacks): the step is the last optimizer step's index
-        self._iteration_row = {"step": max(self.trainer.fit_loop.epoch_loop._batches_that_stepped - 1, 0),
-                               "epoch": int(self.trainer.current_epoch),
-                               "metrics": {name: float(value) for name, value in metrics.items()}}
+        self.iteration_row = {"step": max(logged_step(self.trainer) - 1, 0), "epoch": int(self.trainer.current_epoch),
+                              "metrics": {name: float(value) for name, value in metrics.items()}}
         shown = {"counters/frames", "collection/reward/episode_reward_mean"}
         for name, value in metrics.items():
             self.log(name, value, on_step=False, on_epoch=True, prog_bar=name in shown, sync_dist=False)
-        if self.frames >= self.max_frames:
-            self.trainer.should_stop = True
-        self._stop_on_signal()
-
-    def _check_finite_weights(self) -> None:
-        """Refuse to end an iteration (and so to checkpoint) with NaN/Inf weights, e.g. after an overflow in a
-        finite but huge update: the module's epoch-end hook runs before ModelCheckpoint's."""
-        for name, param in self.named_parameters():
-            if not torch.isfinite(param).all():
-                raise NumericalError(
-                    f"parameter {name} holds NaN/Inf after iteration {self.iteration} (frames {self.frames}): "
-                    f"training stopped before this iteration's checkpoint, so the last checkpoint is kept as it was; "
-                    f"allowed: finite updates (lower lr, stronger gradient_clip_val)"
-                )
 
     # ------------------------------------------------------------------ evaluation
     @property
@@ -699,7 +593,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
 
     def _end_evaluation(self) -> None:
         rollouts, self._eval_rollouts = self._eval_rollouts, []
-        call_marl_hook(self._trainer, self, "on_evaluation_end", rollouts)
+        call_marl_hook(attached_trainer(self), self, "on_evaluation_end", rollouts)
 
     @override
     def on_validation_epoch_end(self) -> None:
@@ -716,7 +610,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
     # ------------------------------------------------------------------ checkpoints
     @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["lit_marl"] = {
+        checkpoint.setdefault("lit_marl", {}).update({
             "format_version": FORMAT_VERSION,
             "lit_marl_version": __version__,
             "algorithm": self.algorithm_name,
@@ -725,9 +619,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
             "frames": int(self.frames),
             "iteration": int(self.iteration),
             "rng": rng_state(),
-        }
-        if self._iteration_row is not None:
-            checkpoint["lit_marl"]["iteration_row"] = self._iteration_row
+        })
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

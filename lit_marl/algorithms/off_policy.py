@@ -28,6 +28,7 @@ from lit_marl.algorithms.base import MarlAlgorithm
 from lit_marl.checkpoint import _atomic_torch_save
 from lit_marl.data.off_policy import OffPolicyData
 from lit_marl.data.replay import TensorPrioritizedSampler
+from lit_marl.lightning_adapter import attached_trainer
 from lit_marl.errors import CheckpointError, ConfigError, positive_int, unit_interval
 from lit_marl.models.recurrent import recurrent_state_specs, sequence_mode
 
@@ -225,7 +226,7 @@ class OffPolicyAlgorithm(MarlAlgorithm):
         return list(dict.fromkeys(keys))
 
     def _buffer_dir(self) -> Path:
-        trainer = self._trainer
+        trainer = attached_trainer(self)
         root = (trainer.log_dir or trainer.default_root_dir) if trainer is not None else tempfile.mkdtemp()
         return Path(root) / "replay_buffers"
 
@@ -320,7 +321,7 @@ class OffPolicyAlgorithm(MarlAlgorithm):
     @override
     def setup(self, stage: str) -> None:
         super().setup(stage)
-        if self._trainer is not None and self.world_size > 1:
+        if attached_trainer(self) is not None and self.world_size > 1:
             self._save_buffers_per_process(self.trainer.strategy)
 
     def _save_buffers_per_process(self, strategy: Any) -> None:

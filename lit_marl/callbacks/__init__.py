@@ -1,5 +1,8 @@
 """Trainer callbacks, and the hooks lit-marl adds for research code.
 
+Every algorithm brings four callbacks of its own (``MarlAlgorithm.configure_callbacks``): :class:`FrameBudget`,
+:class:`NumericalFaultPolicy`, :class:`MetricsFileRepair` and :class:`PreemptionCheckpoint`.
+
 Any Lightning callback may define these methods; the algorithm calls them (after the module's own
 hook of the same name):
 
@@ -41,4 +44,10 @@ def call_marl_hook(trainer: Trainer | None, pl_module: LightningModule, name: st
             hook(trainer, pl_module, *args)
 
 
-__all__ = ["MarlCallback", "call_marl_hook"]
+from lit_marl.callbacks.frame_budget import FrameBudget  # noqa: E402
+from lit_marl.callbacks.metrics_file import MetricsFileRepair  # noqa: E402
+from lit_marl.callbacks.numerics import NumericalFaultPolicy  # noqa: E402
+from lit_marl.callbacks.preemption import PreemptionCheckpoint  # noqa: E402
+
+__all__ = ["MarlCallback", "call_marl_hook", "FrameBudget", "MetricsFileRepair", "NumericalFaultPolicy",
+           "PreemptionCheckpoint"]

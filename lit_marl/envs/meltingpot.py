@@ -172,6 +172,9 @@ class MeltingPotTask(Task):
         torch.Size([2, 40, 40, 3])
     """
 
+    #: the players' roles are what the substrate builder receives from the user (a failure there is named by it)
+    simulator_arguments = "roles"
+
     def __init__(
         self,
         substrate: str = "collaborative_cooking__asymmetric",

@@ -30,6 +30,7 @@ from typing_extensions import override
 
 from lit_marl.algorithms.registry import algorithm_class
 from lit_marl.atomic import atomic_target
+from lit_marl.lightning_adapter import attached_trainer, logged_step
 from lit_marl.callbacks import MarlCallback
 from lit_marl.errors import ConfigError
 from lit_marl.evaluation.episodes import episode_records
@@ -204,9 +205,7 @@ def _log_videos(pl_module: pl.LightningModule, paths: list[Path], frames: list[l
 
     if not paths:
         return
-    trainer = pl_module._trainer
-    # the step Lightning logs this evaluation's metrics at (LoggerConnector.log_metrics), not global_step
-    step = trainer.fit_loop.epoch_loop._batches_that_stepped if trainer is not None else 0
+    step = logged_step(attached_trainer(pl_module))  # where Lightning logs this evaluation's metrics
     for logger in pl_module.loggers:
         if hasattr(logger, "log_video"):
             logger.log_video(key, [str(p) for p in paths], step=step)  # an mp4 keeps its own frame rate

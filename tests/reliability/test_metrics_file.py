@@ -7,7 +7,7 @@ import csv
 import pytest
 from lightning.pytorch.loggers import CSVLogger
 
-from lit_marl.checkpoint import atomic_csv_rewrites
+from lit_marl.lightning_adapter import atomic_csv_rewrites
 
 
 def _logger_with_rows(tmp_path, atomic: bool) -> CSVLogger:

@@ -1,0 +1,58 @@
+"""What a NaN/Inf in training does: stop before it changes anything, or skip the update."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import torch
+from typing_extensions import override
+
+from lit_marl.errors import NumericalError, one_of
+
+#: the values of ``MarlAlgorithm.nan_policy`` (``lit-marl fit --nan_policy``)
+NAN_POLICIES = ("stop", "skip")
+
+
+class NumericalFaultPolicy(pl.Callback):
+    """Applies the algorithm's ``nan_policy`` to the faults its training step and gradient clipping find.
+
+    ``"stop"``: a :class:`~lit_marl.errors.NumericalError` naming the group, term and iteration, raised before the
+    optimizer step, so no weight changes and the last checkpoint stays as it was. ``"skip"``: that update is skipped
+    (the module's ``update_skipped`` is set for per-step hooks such as priority and target updates) and counted in
+    ``train/skipped_updates``. At every iteration's end, before any checkpoint callback, NaN/Inf weights (a finite
+    but overflowing update) stop training too.
+    """
+
+    def __init__(self) -> None:
+        self.skipped = 0
+
+    def fault(self, pl_module: pl.LightningModule, what: str, batch_idx: int) -> bool:
+        """A NaN/Inf in this optimizer step: True to skip it, else raise :class:`NumericalError`."""
+        policy = one_of("nan_policy", pl_module.nan_policy, NAN_POLICIES)
+        where = f"at iteration {pl_module.iteration + 1} (frames {pl_module.frames}), minibatch {batch_idx}"
+        if policy == "skip":
+            self.skipped += 1
+            pl_module.update_skipped = True
+            return True
+        raise NumericalError(
+            f"{what} {where}: training stopped before the update, so no weights were changed and the last "
+            f"checkpoint is kept as it was; allowed: finite losses and gradients (lower lr, stronger "
+            f"gradient_clip_val), or nan_policy='skip' (--nan_policy skip) to skip such updates"
+        )
+
+    @override
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int) -> None:
+        pl_module.update_skipped = False
+
+    @override
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # runs before the module's own epoch-end hook, whose metrics it joins, and before ModelCheckpoint
+        if pl_module.nan_policy == "skip":
+            pl_module.record("train/skipped_updates", float(self.skipped))
+        self.skipped = 0
+        for name, param in pl_module.named_parameters():
+            if not torch.isfinite(param).all():
+                raise NumericalError(
+                    f"parameter {name} holds NaN/Inf after iteration {pl_module.iteration + 1} (frames "
+                    f"{pl_module.frames}): training stopped before this iteration's checkpoint, so the last "
+                    f"checkpoint is kept as it was; allowed: finite updates (lower lr, stronger gradient_clip_val)"
+                )
