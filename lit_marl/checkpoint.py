@@ -92,7 +92,7 @@ def _sidecar(path: Path, token: str) -> Path:
 
 
 def _sidecars(path: Path) -> list[Path]:
-    # per-process buffers of a DDP run (``.rank<r>``) are managed by OffPolicyAlgorithm, which writes them
+    # per-process buffers of a DDP run (``.rank<r>``) are written by save_buffers_per_process
     return sorted(p for p in path.parent.glob(f"{path.name}.buffers-*") if ".rank" not in p.name)
 
 
@@ -205,3 +205,40 @@ def check_state_dict(saved: dict[str, Any], current: dict[str, torch.Tensor], so
         f"{source}: the checkpoint's networks do not fit the model: {'; '.join(parts)}; allowed: the actor_model, "
         f"critic_model and parameter-sharing settings the checkpoint was trained with (its run's config.yaml)"
     )
+
+
+def rank_sidecar(path: Path, token: str, rank: int) -> Path:
+    """Where DDP process ``rank`` keeps its replay buffers for the checkpoint at ``path`` (token: its save)."""
+    return path.with_name(f"{path.name}.buffers-{token}.rank{rank}")
+
+
+def save_buffers_per_process(strategy: Any) -> None:
+    """Under DDP every process has its own replay buffers. Lightning writes a checkpoint from process 0 only, so
+    each process writes its buffers beside it (``<checkpoint>.buffers-<token>.rank<r>``, atomically, before
+    process 0 writes the checkpoint that names the token); process 0 removes older ones, and those of a
+    checkpoint it removes."""
+    if getattr(strategy, "_lit_marl_rank_buffers", False):
+        return
+    save, remove = strategy.save_checkpoint, strategy.remove_checkpoint
+
+    def save_checkpoint(checkpoint: dict[str, Any], filepath, storage_options=None) -> None:
+        meta = checkpoint.get("lit_marl", {})
+        buffers, token = meta.pop("rank_buffers_state", None), meta.get("rank_buffers", {}).get("token")
+        if buffers is not None:
+            Path(filepath).parent.mkdir(parents=True, exist_ok=True)
+            _atomic_torch_save(buffers, rank_sidecar(Path(filepath), token, strategy.global_rank))
+        strategy.barrier("lit-marl replay buffers")  # every process's buffers are on disk
+        save(checkpoint, filepath, storage_options)
+        if strategy.is_global_zero and token is not None:
+            for old in Path(filepath).parent.glob(f"{Path(filepath).name}.buffers-*.rank*"):
+                if f".buffers-{token}.rank" not in old.name:
+                    old.unlink(missing_ok=True)
+
+    def remove_checkpoint(filepath) -> None:
+        remove(filepath)
+        if strategy.is_global_zero:
+            for old in Path(filepath).parent.glob(f"{Path(filepath).name}.buffers-*.rank*"):
+                old.unlink(missing_ok=True)
+
+    strategy.save_checkpoint, strategy.remove_checkpoint = save_checkpoint, remove_checkpoint
+    strategy._lit_marl_rank_buffers = True

@@ -241,7 +241,7 @@ def check_writable(folder: Path) -> None:
 
 #: ``lit-marl <command>`` beside fit/validate/test: the module whose ``main(argv)`` runs it
 RESULT_COMMANDS = {
-    "benchmark": "lit_marl.evaluation.benchmark",
+    "benchmark": "lit_marl.benchmark",
     "report": "lit_marl.evaluation.results",
     "compare": "lit_marl.evaluation.evaluate",
     "export": "lit_marl.export",

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from lit_marl.cli import main
-from lit_marl.evaluation.benchmark import Benchmark
+from lit_marl.benchmark import Benchmark
 from tests.conftest import CONFIGS, ROOT
 from tests.test_cli import _tiny_balance
 

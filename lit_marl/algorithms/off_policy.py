@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
-from tensordict import TensorDict, TensorDictBase
-from tensordict.utils import unravel_key, unravel_key_list
+from tensordict import TensorDictBase
+from tensordict.utils import unravel_key
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage, RandomSampler, SliceSampler, TensorDictReplayBuffer
@@ -25,9 +25,9 @@ from torchrl.objectives import HardUpdate, SoftUpdate
 from typing_extensions import override
 
 from lit_marl.algorithms.base import MarlAlgorithm
-from lit_marl.checkpoint import _atomic_torch_save
+from lit_marl.checkpoint import rank_sidecar, save_buffers_per_process
 from lit_marl.data.off_policy import OffPolicyData
-from lit_marl.data.replay import TensorPrioritizedSampler
+from lit_marl.data.replay import TensorPrioritizedSampler, buffer_state, load_buffer_state
 from lit_marl.lightning_adapter import attached_trainer
 from lit_marl.errors import CheckpointError, ConfigError, positive_int, unit_interval
 from lit_marl.models.recurrent import recurrent_state_specs, sequence_mode
@@ -236,7 +236,7 @@ class OffPolicyAlgorithm(MarlAlgorithm):
             self._replay_buffer_map = {g: self._make_buffer(g) for g in self.groups}
             if self._restored is not None and "replay_buffers" in self._restored:
                 for group, state in self._restored.pop("replay_buffers").items():
-                    _load_buffer_state(self._replay_buffer_map[group], state)
+                    load_buffer_state(self._replay_buffer_map[group], state)
         return self._replay_buffer_map
 
     def _make_buffer(self, group: str) -> TensorDictReplayBuffer:
@@ -322,46 +322,15 @@ class OffPolicyAlgorithm(MarlAlgorithm):
     def setup(self, stage: str) -> None:
         super().setup(stage)
         if attached_trainer(self) is not None and self.world_size > 1:
-            self._save_buffers_per_process(self.trainer.strategy)
-
-    def _save_buffers_per_process(self, strategy: Any) -> None:
-        """Under DDP every process has its own replay buffers. Lightning writes a checkpoint from process 0 only, so
-        each process writes its buffers beside it (``<checkpoint>.buffers-<token>.rank<r>``, atomically, before
-        process 0 writes the checkpoint that names the token); process 0 removes older ones, and those of a
-        checkpoint it removes."""
-        if getattr(strategy, "_lit_marl_rank_buffers", False):
-            return
-        save, remove = strategy.save_checkpoint, strategy.remove_checkpoint
-
-        def save_checkpoint(checkpoint: dict[str, Any], filepath, storage_options=None) -> None:
-            meta = checkpoint.get("lit_marl", {})
-            buffers, token = meta.pop("rank_buffers_state", None), meta.get("rank_buffers", {}).get("token")
-            if buffers is not None:
-                Path(filepath).parent.mkdir(parents=True, exist_ok=True)
-                _atomic_torch_save(buffers, _rank_sidecar(Path(filepath), token, strategy.global_rank))
-            strategy.barrier("lit-marl replay buffers")  # every process's buffers are on disk
-            save(checkpoint, filepath, storage_options)
-            if strategy.is_global_zero and token is not None:
-                for old in Path(filepath).parent.glob(f"{Path(filepath).name}.buffers-*.rank*"):
-                    if f".buffers-{token}.rank" not in old.name:
-                        old.unlink(missing_ok=True)
-
-        def remove_checkpoint(filepath) -> None:
-            remove(filepath)
-            if strategy.is_global_zero:
-                for old in Path(filepath).parent.glob(f"{Path(filepath).name}.buffers-*.rank*"):
-                    old.unlink(missing_ok=True)
-
-        strategy.save_checkpoint, strategy.remove_checkpoint = save_checkpoint, remove_checkpoint
-        strategy._lit_marl_rank_buffers = True
+            save_buffers_per_process(self.trainer.strategy)
 
     @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_save_checkpoint(checkpoint)
         meta = checkpoint["lit_marl"]
         if self._replay_buffer_map is not None:
-            state = {g: _buffer_state(b) for g, b in self._replay_buffer_map.items()}
-            if self.world_size > 1:  # written per process by the strategy (see _save_buffers_per_process)
+            state = {g: buffer_state(b) for g, b in self._replay_buffer_map.items()}
+            if self.world_size > 1:  # written per process by the strategy (see checkpoint.save_buffers_per_process)
                 meta["rank_buffers_state"] = state
                 meta["rank_buffers"] = {"world_size": self.world_size,
                                         "token": f"f{self.frames}s{self.global_step}"}
@@ -383,46 +352,11 @@ class OffPolicyAlgorithm(MarlAlgorithm):
                            f"this run has {self.world_size}; training continues with empty buffers")
             return
         ckpt_path = Path(str(self.trainer.ckpt_path))
-        sidecar = _rank_sidecar(ckpt_path, saved["token"], self.rank)
+        sidecar = rank_sidecar(ckpt_path, saved["token"], self.rank)
         if not sidecar.is_file():
             raise CheckpointError(f"ckpt_path: the replay buffers of process {self.rank} ({sidecar.name}) are missing "
                                   f"beside {str(ckpt_path)!r}; allowed: the checkpoint with its .rank<r> files")
         self._restored["replay_buffers"] = torch.load(sidecar, map_location="cpu", weights_only=True)
-
-
-def _rank_sidecar(path: Path, token: str, rank: int) -> Path:
-    return path.with_name(f"{path.name}.buffers-{token}.rank{rank}")
-
-
-def _buffer_state(buffer: TensorDictReplayBuffer) -> dict[str, Any]:
-    """The filled part of a buffer (not its whole capacity: an early checkpoint of a 1M-transition buffer
-    would otherwise be mostly zeros), its write cursor and its sampler's state, as plain tensors."""
-    n = len(buffer)
-    # clone: a slice is a view, and torch.save writes a view's whole underlying storage (all of the capacity)
-    data = buffer.storage.get(slice(0, n)).exclude("index").clone() if n else TensorDict()
-    return {
-        "data": data.to_dict(),
-        # nested TensorDicts keep their own batch dims (e.g. a group's [n, n_agents])
-        "batch_sizes": {"/".join(unravel_key_list([key])[0] if isinstance(key, tuple) else (key,)): list(value.batch_size)
-                        for key, value in data.items(True) if isinstance(value, TensorDictBase)},
-        "length": n,
-        "cursor": int(buffer._writer._cursor),
-        "write_count": int(buffer._writer._write_count),
-        "sampler": buffer.sampler.state_dict(),
-    }
-
-
-def _load_buffer_state(buffer: TensorDictReplayBuffer, state: dict[str, Any]) -> None:
-    n = state["length"]
-    if n:
-        data = TensorDict(state["data"], batch_size=[n])
-        for key, batch_size in sorted(state["batch_sizes"].items(), key=lambda item: item[0].count("/")):
-            data.get(tuple(key.split("/"))).batch_size = torch.Size(batch_size)
-        # writing from position 0 puts every transition back where it was, even after wrap-around
-        buffer.extend(data)
-    buffer._writer._cursor = state["cursor"]
-    buffer._writer._write_count = state["write_count"]
-    buffer.sampler.load_state_dict(state["sampler"])
 
 
 def _updater_state(updater: SoftUpdate | HardUpdate) -> dict[str, int]:

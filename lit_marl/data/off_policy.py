@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from torchrl.data import TensorDictReplayBuffer
 
-if TYPE_CHECKING:
-    from lit_marl.algorithms.off_policy import OffPolicyAlgorithm
+
+class OffPolicySource(Protocol):
+    """What :class:`OffPolicyData` reads of an off-policy algorithm (``OffPolicyAlgorithm`` is one)."""
+
+    device: torch.device
+    world_size: int
+    n_optimizer_steps: int
+    train_batch_size: int
+    chunk_length: int | None
+    burn_in: int
+
+    def collect_batch(self) -> TensorDictBase: ...
+    def process_batch(self, batch: TensorDictBase) -> TensorDictBase: ...
+    def replay_buffers(self) -> dict[str, TensorDictReplayBuffer]: ...
+    def group_keys(self, group: str) -> list: ...
+    def mark_training_start(self) -> None: ...
 
 
 class OffPolicyData:
@@ -20,7 +35,7 @@ class OffPolicyData:
     The length stops Lightning from prefetching (and so collecting) ahead of the last update.
     """
 
-    def __init__(self, algorithm: OffPolicyAlgorithm) -> None:
+    def __init__(self, algorithm: OffPolicySource) -> None:
         self.algorithm = algorithm
 
     def __len__(self) -> int:

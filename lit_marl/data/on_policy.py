@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from tensordict import TensorDictBase
 
-if TYPE_CHECKING:
-    from lit_marl.algorithms.base import OnPolicyAlgorithm
+
+class OnPolicySource(Protocol):
+    """What :class:`OnPolicyData` reads of an on-policy algorithm (``OnPolicyAlgorithm`` is one)."""
+
+    device: torch.device
+    world_size: int
+    n_minibatch_iters: int
+    minibatch_size: int
+    chunk_length: int | None
+    minibatches_per_iteration: int
+
+    def collect_batch(self) -> TensorDictBase: ...
+    def process_batch(self, batch: TensorDictBase) -> TensorDictBase: ...
+    def training_keys(self) -> list: ...
+    def mark_training_start(self) -> None: ...
 
 
 class OnPolicyData:
@@ -21,7 +34,7 @@ class OnPolicyData:
     collects) ahead of the last update.
     """
 
-    def __init__(self, algorithm: OnPolicyAlgorithm) -> None:
+    def __init__(self, algorithm: OnPolicySource) -> None:
         self.algorithm = algorithm
 
     def __len__(self) -> int:

@@ -1,4 +1,4 @@
-"""Prioritized experience replay in plain torch.
+"""Replay buffers' home: prioritized experience replay in plain torch, and a buffer's checkpoint state.
 
 torchrl's ``PrioritizedSampler`` keeps its sum/min segment trees in a C++ extension; torchrl 0.14.1's
 extension does not load against torch 2.13 (undefined symbol), so prioritized replay would not run on
@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import unravel_key_list
+from torchrl.data import TensorDictReplayBuffer
 
 import torch
 from torchrl.data.replay_buffers.samplers import Sampler
@@ -99,3 +103,34 @@ class TensorPrioritizedSampler(Sampler):
 
     def loads(self, path) -> None:
         self.load_state_dict(torch.load(Path(path) / "prioritized_sampler.pt", weights_only=True))
+
+
+def buffer_state(buffer: TensorDictReplayBuffer) -> dict[str, Any]:
+    """The filled part of a buffer (not its whole capacity: an early checkpoint of a 1M-transition buffer
+    would otherwise be mostly zeros), its write cursor and its sampler's state, as plain tensors."""
+    n = len(buffer)
+    # clone: a slice is a view, and torch.save writes a view's whole underlying storage (all of the capacity)
+    data = buffer.storage.get(slice(0, n)).exclude("index").clone() if n else TensorDict()
+    return {
+        "data": data.to_dict(),
+        # nested TensorDicts keep their own batch dims (e.g. a group's [n, n_agents])
+        "batch_sizes": {"/".join(unravel_key_list([key])[0] if isinstance(key, tuple) else (key,)): list(value.batch_size)
+                        for key, value in data.items(True) if isinstance(value, TensorDictBase)},
+        "length": n,
+        "cursor": int(buffer._writer._cursor),
+        "write_count": int(buffer._writer._write_count),
+        "sampler": buffer.sampler.state_dict(),
+    }
+
+
+def load_buffer_state(buffer: TensorDictReplayBuffer, state: dict[str, Any]) -> None:
+    n = state["length"]
+    if n:
+        data = TensorDict(state["data"], batch_size=[n])
+        for key, batch_size in sorted(state["batch_sizes"].items(), key=lambda item: item[0].count("/")):
+            data.get(tuple(key.split("/"))).batch_size = torch.Size(batch_size)
+        # writing from position 0 puts every transition back where it was, even after wrap-around
+        buffer.extend(data)
+    buffer._writer._cursor = state["cursor"]
+    buffer._writer._write_count = state["write_count"]
+    buffer.sampler.load_state_dict(state["sampler"])

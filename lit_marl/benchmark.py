@@ -1,5 +1,7 @@
 """``lit-marl benchmark``: a grid of algorithms × tasks × seeds, one ``lit-marl fit`` process per run.
 
+It drives the command line, so it sits beside ``cli.py``, above ``evaluation/`` (which never imports the CLI).
+
 A grid file (``configs/benchmarks/*.yaml``)::
 
     name: vmas_on_policy              # results go to <output_dir>/<name>/<task>/<algorithm>/seed_<s>/
