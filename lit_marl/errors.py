@@ -119,3 +119,12 @@ def check_types(function: Any, values: dict[str, Any], prefix: str = "") -> None
     for name, value in values.items():
         if name in hints and name != "return" and not _matches(value, hints[name]):
             raise ConfigError(f"{prefix}{name}: must be {_describe(hints[name])}, got {value!r}")
+
+
+def did_you_mean(name: str, choices, cutoff: float = 0.5, prefix: str = "") -> str:
+    """``"did you mean 'a', 'b'? "`` for the up to three ``choices`` closest to a mistyped ``name`` (each shown with
+    ``prefix``), or ``""`` when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(choices), n=3, cutoff=cutoff)
+    return f"did you mean {', '.join(repr(prefix + c) for c in close)}? " if close else ""

@@ -27,7 +27,6 @@ the env does not end them itself. Everything is checked when the task is built, 
 
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib
 import inspect
@@ -43,7 +42,7 @@ from lit_marl.envs.base import Task
 from lit_marl.envs.batching import batched_env
 from lit_marl.envs.gymnasium import VECTORIZATION, GymnasiumTask
 from lit_marl.envs.pettingzoo import _GROUP_MAP_TYPES, PettingZooEntry, PettingZooTask, check_workers, wrap_pettingzoo
-from lit_marl.errors import ConfigError, one_of, positive_int
+from lit_marl.errors import ConfigError, one_of, positive_int, did_you_mean
 
 KINDS = ("torchrl", "pettingzoo", "gymnasium")
 _ALLOWED = ("allowed: 'package.module.ClassName' of a torchrl EnvBase subclass with grouped keys, a PettingZoo "
@@ -62,8 +61,7 @@ def import_env_class(path: Any, field: str = "task.env_class") -> type:
                           f"{_ALLOWED}, importable from where lit-marl runs") from None
     if not hasattr(module, name):
         classes = [n for n, v in vars(module).items() if isinstance(v, type) and not n.startswith("_")]
-        close = difflib.get_close_matches(name, classes, n=3, cutoff=0.5)
-        hint = f"did you mean {', '.join(repr(f'{module_name}.{c}') for c in close)}? " if close else ""
+        hint = did_you_mean(name, classes, prefix=f"{module_name}.")
         raise ConfigError(f"{field}: module {module_name!r} has no {name!r}; {hint}{_ALLOWED}")
     cls = getattr(module, name)
     if not isinstance(cls, type):

@@ -10,7 +10,6 @@ evaluation's success rate.
 
 from __future__ import annotations
 
-import difflib
 import functools
 from collections.abc import Callable
 from functools import cached_property
@@ -23,7 +22,7 @@ from torchrl.envs import Compose, EnvBase, GymWrapper, RenameTransform, Transfor
 from torchrl.envs.gym_like import default_info_dict_reader
 
 from lit_marl.envs.base import Task
-from lit_marl.errors import ConfigError, one_of, positive_int
+from lit_marl.errors import ConfigError, one_of, positive_int, did_you_mean
 
 VECTORIZATION = ("sync", "async")
 
@@ -58,8 +57,7 @@ class GymnasiumTask(Task):
         group: str = "agent",
     ) -> None:
         if env_id not in gym.registry:
-            close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
-            hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+            hint = did_you_mean(env_id, gym.registry, cutoff=0.6)
             raise ConfigError(f"task.env_id: {env_id!r} is not a registered Gymnasium env; {hint}allowed: any id in "
                               f"gymnasium.registry (after importing the package that registers it)")
         self.env_id = env_id

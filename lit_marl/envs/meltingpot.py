@@ -22,7 +22,6 @@ bots) need both and are not offered here.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import functools
 import importlib
 import importlib.util
@@ -43,7 +42,7 @@ from torchrl.envs.utils import MarlGroupMapType
 from lit_marl.envs.base import Task
 from lit_marl.envs.batching import batched_env
 from lit_marl.envs.pettingzoo import check_workers
-from lit_marl.errors import ConfigError, positive_int
+from lit_marl.errors import ConfigError, positive_int, did_you_mean
 
 INSTALL = 'pip install -e ".[meltingpot]" && python scripts/install_meltingpot.py --offline'
 #: what substrates import (lit-marl's ``meltingpot`` extra)
@@ -195,8 +194,7 @@ class MeltingPotTask(Task):
                               f"{', '.join(map(repr, _GROUP_MAP_TYPES))} or a mapping of group name to player names")
         mp_substrate = import_meltingpot()  # a missing install is named before anything is built
         if substrate not in mp_substrate.SUBSTRATES:
-            close = difflib.get_close_matches(substrate, sorted(mp_substrate.SUBSTRATES), n=3, cutoff=0.5)
-            hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+            hint = did_you_mean(substrate, sorted(mp_substrate.SUBSTRATES))
             raise ConfigError(f"task.substrate: unknown Melting Pot substrate {substrate!r}; {hint}allowed: "
                               f"{', '.join(sorted(mp_substrate.SUBSTRATES))}")
         self.substrate = substrate

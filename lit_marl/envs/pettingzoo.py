@@ -15,7 +15,6 @@ target. Each agent's observation carries a last feature, 1 when it is that agent
 
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib
 import warnings
@@ -31,7 +30,7 @@ from torchrl.envs.utils import MarlGroupMapType
 
 from lit_marl.envs.base import Task
 from lit_marl.envs.batching import batched_env
-from lit_marl.errors import ConfigError, positive_int
+from lit_marl.errors import ConfigError, positive_int, did_you_mean
 
 _GROUP_MAP_TYPES = {
     "all_in_one_group": MarlGroupMapType.ALL_IN_ONE_GROUP,
@@ -179,8 +178,7 @@ class PettingZooTask(Task):
     ) -> None:
         name = task.rsplit("_v", 1)[0] if task not in PETTINGZOO_TASKS and "_v" in task else task
         if name not in PETTINGZOO_TASKS:
-            close = difflib.get_close_matches(name, PETTINGZOO_TASKS, n=3, cutoff=0.5)
-            hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+            hint = did_you_mean(name, PETTINGZOO_TASKS)
             raise ConfigError(f"task.task: unknown PettingZoo task {task!r}; {hint}allowed: "
                               f"{', '.join(PETTINGZOO_TASKS)}")
         entry = PETTINGZOO_TASKS[name]
