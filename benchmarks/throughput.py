@@ -4,13 +4,16 @@ Each algorithm runs with BenchMARL's defaults on vmas/balance (4 agents, 10 envs
 MLPs 256-256 Tanh, Adam 5e-5, per-loss gradient clipping at 5):
 
 - MAPPO: 45 epochs of 400-frame minibatches (675 optimizer steps) per iteration;
-- MADDPG / MASAC: a 1M-transition replay buffer, 1000 optimizer steps of 128 transitions per iteration,
-  soft target updates (tau 0.005); MADDPG with annealed Gaussian noise, MASAC with twin Q and learned alpha.
+- MADDPG / MASAC / QMIX: a 1M-transition replay buffer, 1000 optimizer steps of 128 transitions per iteration,
+  soft target updates (tau 0.005); MADDPG with annealed Gaussian noise, MASAC with twin Q and learned alpha,
+  QMIX on balance's discrete actions (9 moves) with epsilon-greedy exploration and a QMixer (embedding 32)
+  conditioned on the agents' concatenated observations.
 
 The bare loops are torchrl only (Collector, the same torchrl loss, Adam, replay buffer): no Lightning, no
 lit-marl. Bare and lit-marl alternate (bare, lit, bare, lit, …) so drift of the machine hits both alike.
 
-    python benchmarks/throughput.py --algorithms mappo maddpg masac --iterations 3 --rounds 2 [--profile]
+    python benchmarks/throughput.py --algorithms mappo maddpg masac qmix --iterations 3 --rounds 3 \
+        [--threads 1] [--compile] [--profile]
 
 Writes benchmarks/out/throughput.json: per algorithm, whole-run frames/s (the clock starts before the envs are
 built on both sides) and steady-state collection/training seconds per iteration (median, first iteration
@@ -39,10 +42,19 @@ from torch import nn
 from torchrl.collectors import Collector
 from torchrl.data import LazyTensorStorage, RandomSampler, TensorDictReplayBuffer
 from torchrl.envs import RewardSum, TransformedEnv, VmasEnv
-from torchrl.modules import AdditiveGaussianModule, MultiAgentMLP, ProbabilisticActor, TanhModule, TanhNormal
-from torchrl.objectives import ClipPPOLoss, DDPGLoss, SACLoss, SoftUpdate, ValueEstimators
+from torchrl.modules import (
+    AdditiveGaussianModule,
+    EGreedyModule,
+    MultiAgentMLP,
+    ProbabilisticActor,
+    QMixer,
+    QValueModule,
+    TanhModule,
+    TanhNormal,
+)
+from torchrl.objectives import ClipPPOLoss, DDPGLoss, QMixerLoss, SACLoss, SoftUpdate, ValueEstimators
 
-from lit_marl.algorithms import MADDPG, MAPPO, MASAC
+from lit_marl.algorithms import MADDPG, MAPPO, MASAC, QMIX
 from lit_marl.cli import CHECKPOINT_DEFAULTS
 from lit_marl.envs import VmasTask
 
@@ -57,8 +69,8 @@ MLP = {"num_cells": [256, 256], "activation_class": nn.Tanh}
 
 
 # ---------------------------------------------------------------------------------------------- bare loops
-def _env(seed: int):
-    env = VmasEnv("balance", num_envs=ENVS, continuous_actions=True, max_steps=100, seed=seed,
+def _env(seed: int, continuous: bool = True):
+    env = VmasEnv("balance", num_envs=ENVS, continuous_actions=continuous, max_steps=100, seed=seed,
                   scenario_kwargs=SCENARIO_KWARGS)
     env = TransformedEnv(env, RewardSum(in_keys=list(env.reward_keys), reset_keys=list(env.reset_keys)))
     obs = env.observation_spec[G, "observation"]
@@ -148,7 +160,7 @@ def bare_mappo(iterations: int, seed: int) -> dict:
     return _run(iterations, collector, train)
 
 
-def _off_policy(iterations, env, policy, exploration, loss, groups, loss_names):
+def _off_policy(iterations, env, policy, exploration, loss, groups, loss_names, before_extend=None):
     optimizer = torch.optim.Adam([{"params": p} for p in groups], lr=LR, eps=EPS)
     updater = SoftUpdate(loss, tau=TAU)
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(MEMORY), sampler=RandomSampler())
@@ -160,6 +172,8 @@ def _off_policy(iterations, env, policy, exploration, loss, groups, loss_names):
     def train(batch):
         with torch.no_grad():
             _expand_done(batch)
+            if before_extend is not None:
+                before_extend(batch)
         buffer.extend(batch.select(*keys, strict=False).reshape(-1))
         for _ in range(STEPS):
             terms = loss(buffer.sample(BATCH))
@@ -203,17 +217,47 @@ def bare_masac(iterations: int, seed: int) -> dict:
     return _off_policy(iterations, env, actor, None, loss, groups, ("loss_actor", "loss_qvalue", "loss_alpha"))
 
 
+def bare_qmix(iterations: int, seed: int) -> dict:
+    torch.manual_seed(seed)
+    env, n, obs_dim, action_spec = _env(seed, continuous=False)
+    n_actions = action_spec.space.n
+    policy = TensorDictSequential(
+        TensorDictModule(MultiAgentMLP(obs_dim, n_actions, n, centralized=False, share_params=True, **MLP),
+                         in_keys=[(G, "observation")], out_keys=[(G, "action_value")]),
+        QValueModule(action_value_key=(G, "action_value"), spec=action_spec[0],
+                     out_keys=[(G, "action"), (G, "action_value"), (G, "chosen_action_value")]),
+    )
+    exploration = EGreedyModule(spec=action_spec, eps_init=0.8, eps_end=0.01, annealing_num_steps=10**6,
+                                action_key=(G, "action"))
+    mixer = TensorDictModule(QMixer(state_shape=(n, obs_dim), mixing_embed_dim=32, n_agents=n, device="cpu"),
+                             in_keys=[(G, "chosen_action_value"), (G, "observation")], out_keys=[("team", "global_value")])
+    loss = QMixerLoss(policy, mixer, loss_function="l2", delay_value=True, action_space=action_spec)
+    loss.set_keys(action_value=(G, "action_value"), local_value=(G, "chosen_action_value"),
+                  global_value=("team", "global_value"), action=(G, "action"), reward=("team", "reward"),
+                  done=("team", "done"), terminated=("team", "terminated"))
+    loss.make_value_estimator(ValueEstimators.TD0, gamma=GAMMA)
+
+    def team_entries(batch):  # the team's reward (mean over agents) and done flags, where the TD target reads them
+        nxt = batch.get("next")
+        nxt.set(("team", "reward"), nxt.get((G, "reward")).mean(-2))
+        for key in ("done", "terminated"):
+            nxt.set(("team", key), nxt.get((G, key)).any(-2))
+
+    groups = [list(policy.parameters()), list(loss.mixer_network_params.values(True, True))]
+    return _off_policy(iterations, env, policy, exploration, loss, groups, ("loss",), before_extend=team_entries)
+
+
 # ---------------------------------------------------------------------------------------------- lit-marl
-def lit_marl(algorithm: str, iterations: int, seed: int, workdir: Path) -> dict:
+def lit_marl(algorithm: str, iterations: int, seed: int, workdir: Path, compile: bool = False) -> dict:
     """The lit-marl algorithm as `lit-marl fit` runs it: CSV logger, its checkpoint settings, progress bar, clipping."""
     pl.seed_everything(seed, verbose=False)
-    task = VmasTask("balance", max_steps=100, scenario_kwargs=SCENARIO_KWARGS)
+    task = VmasTask("balance", max_steps=100, scenario_kwargs=SCENARIO_KWARGS, continuous_actions=algorithm != "qmix")
     common = dict(frames_per_batch=FRAMES, num_envs=ENVS, lr=LR, adam_eps=EPS, seed=seed,
                   max_frames=FRAMES * iterations)
     if algorithm == "mappo":
         model = MAPPO(task, n_minibatch_iters=EPOCHS, minibatch_size=MINIBATCH, **common)
     else:
-        cls = {"maddpg": MADDPG, "masac": MASAC}[algorithm]
+        cls = {"maddpg": MADDPG, "masac": MASAC, "qmix": QMIX}[algorithm]
         model = cls(task, n_optimizer_steps=STEPS, train_batch_size=BATCH, memory_size=MEMORY, polyak_tau=TAU,
                     **common)
     trainer = pl.Trainer(max_epochs=-1, gradient_clip_val=CLIP, check_val_every_n_epoch=10_000, num_sanity_val_steps=0,
@@ -227,7 +271,8 @@ def lit_marl(algorithm: str, iterations: int, seed: int, workdir: Path) -> dict:
             "train": [float(r["timers/training_time"]) for r in rows]}
 
 
-BARE: dict[str, Callable[[int, int], dict]] = {"mappo": bare_mappo, "maddpg": bare_maddpg, "masac": bare_masac}
+BARE: dict[str, Callable[[int, int], dict]] = {"mappo": bare_mappo, "maddpg": bare_maddpg, "masac": bare_masac,
+                                              "qmix": bare_qmix}
 
 
 def _timed(fn: Callable[[], dict]) -> dict[str, float]:
@@ -242,11 +287,14 @@ def _timed(fn: Callable[[], dict]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--algorithms", nargs="+", default=["mappo", "maddpg", "masac"], choices=sorted(BARE))
+    parser.add_argument("--algorithms", nargs="+", default=["mappo", "maddpg", "masac", "qmix"], choices=sorted(BARE))
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, all cores)")
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--profile", action="store_true", help="also profile one lit-marl run per algorithm")
     args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     out = Path(__file__).parent / "out"
     out.mkdir(exist_ok=True)
     summary: dict = {"config": {"frames_per_batch": FRAMES, "num_envs": ENVS, "iterations_per_run": args.iterations,
@@ -270,7 +318,8 @@ def main() -> None:
             stream = io.StringIO()
             pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(30)
             (out / f"profile_{algorithm}.txt").write_text(stream.getvalue())
-        (out / "throughput.json").write_text(json.dumps(summary, indent=2))
+        name = "throughput.json" if args.threads is None else f"throughput_threads{args.threads}.json"
+        (out / name).write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))
 
 

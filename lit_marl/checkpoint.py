@@ -14,7 +14,8 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from lit_marl import __version__
 from lit_marl.atomic import atomic_target
-from lit_marl.errors import CheckpointError
+from lit_marl.errors import CheckpointError, ConfigError
+from lit_marl.utils import rng_state
 
 #: version of the ``checkpoint["lit_marl"]`` layout
 FORMAT_VERSION = 1
@@ -144,6 +145,34 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if token is not None:
         _checked_sidecar(path, token)
     return checkpoint
+
+
+def run_meta(algorithm: str, task: Any, frames: int, iteration: int) -> dict[str, Any]:
+    """What every lit-marl checkpoint carries under ``checkpoint["lit_marl"]``: layout and versions, the algorithm,
+    the task and its groups, the counters and every RNG's state."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "lit_marl_version": __version__,
+        "algorithm": algorithm,
+        "task": task.to_config(),
+        "group_map": {g: list(a) for g, a in task.group_map.items()},
+        "frames": int(frames),
+        "iteration": int(iteration),
+        "rng": rng_state(),
+    }
+
+
+def checked_meta(checkpoint: dict[str, Any], algorithm: str, task: Any,
+                 state_dict: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """A loaded checkpoint's ``lit_marl`` entry, once the checkpoint is known to fit ``algorithm`` on ``task`` and
+    its weights ``state_dict`` (checked before Lightning's ``load_state_dict``, which would fail inside PyTorch)."""
+    meta = checkpoint.get("lit_marl")
+    if meta is None:
+        raise ConfigError("checkpoint: not a lit-marl checkpoint (no 'lit_marl' entry)")
+    check_compatible(meta, algorithm, task.to_config(), "checkpoint", task.group_map)
+    if "state_dict" in checkpoint:
+        check_state_dict(checkpoint["state_dict"], state_dict, "checkpoint")
+    return meta
 
 
 def check_compatible(meta: dict[str, Any], algorithm: str, task_config: dict[str, Any], source: str,

@@ -12,6 +12,8 @@ import types
 import typing
 from typing import Any
 
+import torch
+
 
 class ConfigError(ValueError):
     """A configuration value that is not allowed; the message names the field, the value and what is allowed."""
@@ -128,3 +130,19 @@ def did_you_mean(name: str, choices, cutoff: float = 0.5, prefix: str = "") -> s
 
     close = difflib.get_close_matches(name, list(choices), n=3, cutoff=cutoff)
     return f"did you mean {', '.join(repr(prefix + c) for c in close)}? " if close else ""
+
+
+def device_name(field: str, value: str | None) -> str | None:
+    """A device name, refused by name where it does not exist on this machine."""
+    if value is None:
+        return None
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"{field}: {value!r} is not a device; allowed: cpu, cuda, cuda:<index>, mps") from None
+    if device.type == "cuda" and (not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()):
+        raise ConfigError(f"{field}: {value!r} but this machine has {torch.cuda.device_count()} CUDA device(s); "
+                          f"allowed: cpu{', cuda' if torch.cuda.is_available() else ''}")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"{field}: 'mps' is not available on this machine; allowed: cpu")
+    return str(device)

@@ -1,6 +1,7 @@
 """Algorithms: one LightningModule per algorithm, one file per family."""
 
-from lit_marl.algorithms.base import MarlAlgorithm, OnPolicyAlgorithm
+from lit_marl.algorithms.base import MarlAlgorithm
+from lit_marl.algorithms.on_policy import OnPolicyAlgorithm
 from lit_marl.algorithms.ddpg import DDPG, IDDPG, MADDPG
 from lit_marl.algorithms.off_policy import OffPolicyAlgorithm
 from lit_marl.algorithms.ppo import IPPO, MAPPO, PPO

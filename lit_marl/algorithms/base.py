@@ -28,72 +28,24 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
-from torchrl.data import Composite
-from torchrl.envs import EnvBase, InitTracker, TensorDictPrimer, Transform
 from typing_extensions import override
 
-from lit_marl import __version__
-from lit_marl.callbacks import (
-    FrameBudget,
-    MetricsFileRepair,
-    NumericalFaultPolicy,
-    PreemptionCheckpoint,
-    call_marl_hook,
-)
-from lit_marl.lightning_adapter import attached_trainer, logged_step
-from lit_marl.checkpoint import (
-    FORMAT_VERSION,
-    AtomicCheckpointIO,
-    check_compatible,
-    check_state_dict,
-    read_checkpoint,
-)
-from lit_marl.data import EvaluationBatches, OnPolicyData, Sampler
-from lit_marl.data.evaluator import Evaluator, episode_returns
+from lit_marl.algorithms.evaluation import EvaluationLoops
+from lit_marl.algorithms.registry import check_fits
+from lit_marl.callbacks import FrameBudget, MetricsFileRepair, NumericalFaultPolicy, PreemptionCheckpoint, call_marl_hook
+from lit_marl.checkpoint import AtomicCheckpointIO, check_compatible, checked_meta, read_checkpoint, run_meta
+from lit_marl.data import Sampler
+from lit_marl.data.collection import collection_metrics
+from lit_marl.data.evaluator import Evaluator
 from lit_marl.distributed import check_shares, check_strategy, reduce_means, world_size_of
 from lit_marl.envs.base import Task
+from lit_marl.errors import ConfigError, check_types, device_name, positive_float, positive_int, unit_interval
+from lit_marl.lightning_adapter import attached_trainer, logged_step
 from lit_marl.models import ModelConfig, Mlp
-from lit_marl.models.recurrent import recurrent_state_specs
-from lit_marl.errors import (
-    ConfigError,
-    check_types,
-    positive_float,
-    positive_int,
-    unit_interval,
-)
-from lit_marl.utils import instantiate, rng_state, set_rng_state
+from lit_marl.utils import instantiate, set_rng_state
 
 
-def _checked_device(field: str, value: str | None) -> str | None:
-    """A device name, refused by name where it does not exist on this machine."""
-    if value is None:
-        return None
-    try:
-        device = torch.device(value)
-    except (RuntimeError, TypeError):
-        raise ConfigError(f"{field}: {value!r} is not a device; allowed: cpu, cuda, cuda:<index>, mps") from None
-    if device.type == "cuda" and (not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()):
-        raise ConfigError(f"{field}: {value!r} but this machine has {torch.cuda.device_count()} CUDA device(s); "
-                          f"allowed: cpu{', cuda' if torch.cuda.is_available() else ''}")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"{field}: 'mps' is not available on this machine; allowed: cpu")
-    return str(device)
-
-
-class _OnDevice(TensorDictModuleBase):
-    """Runs ``policy`` on ``policy_device`` for data that lives on ``env_device``."""
-
-    def __init__(self, policy: TensorDictModuleBase, policy_device: torch.device, env_device: torch.device) -> None:
-        super().__init__()
-        self.policy, self.policy_device, self.env_device = policy, policy_device, env_device
-        self.in_keys, self.out_keys = policy.in_keys, policy.out_keys
-
-    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        out = self.policy(tensordict.to(self.policy_device))
-        return tensordict.update(out.select(*self.out_keys, strict=False).to(self.env_device))
-
-
-class MarlAlgorithm(pl.LightningModule, ABC):
+class MarlAlgorithm(EvaluationLoops, ABC):
     """Base of every lit-marl algorithm.
 
     Args:
@@ -163,16 +115,6 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         self.task = instantiate(task, Task, "task")
         self.actor_model = instantiate(actor_model if actor_model is not None else Mlp(), ModelConfig, "actor_model")
         self.critic_model = instantiate(critic_model if critic_model is not None else Mlp(), ModelConfig, "critic_model")
-        for field in ("actor_model", "critic_model"):
-            if getattr(self, field).is_recurrent and not self.supports_recurrent:
-                from lit_marl.algorithms.registry import algorithm_names
-
-                fitting = ", ".join(algorithm_names(supports_recurrent=True))
-                raise ConfigError(
-                    f"{field}: {type(getattr(self, field)).__name__} is recurrent, and {type(self).__name__} cannot "
-                    f"train recurrent networks yet; allowed: a feed-forward model (Mlp, Cnn, DeepSets, Gnn), or an "
-                    f"algorithm that trains on sequences: {fitting}"
-                )
         self.frames_per_batch = positive_int("frames_per_batch", frames_per_batch)
         self.num_envs = positive_int("num_envs", num_envs)
         if frames_per_batch % num_envs:
@@ -184,20 +126,12 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         self.lr = positive_float("lr", lr)
         self.adam_eps = positive_float("adam_eps", adam_eps)
         self.gamma = unit_interval("gamma", gamma)
-        self.evaluation_episodes = positive_int("evaluation_episodes", evaluation_episodes)
-        self.evaluation_batch_size = positive_int(
-            "evaluation_batch_size", evaluation_batch_size if evaluation_batch_size is not None else evaluation_episodes
-        )
-        self.evaluation_deterministic = bool(evaluation_deterministic)
-        self.evaluation_seed = int(evaluation_seed) if evaluation_seed is not None else int(seed) + 10_000
-        self.test_episodes = positive_int("test_episodes", test_episodes)
-        if not isinstance(test_videos, int) or isinstance(test_videos, bool) or not 0 <= test_videos <= test_episodes:
-            raise ConfigError(f"test_videos: must be an integer in 0..test_episodes={test_episodes}, got {test_videos!r}")
-        self.test_videos = test_videos
+        self._set_evaluation_args(evaluation_episodes, evaluation_batch_size, evaluation_deterministic,
+                                  evaluation_seed, test_episodes, test_videos, seed)
         self.share_policy_params = bool(share_policy_params)
-        self.sampling_device = _checked_device("sampling_device", sampling_device)
+        self.sampling_device = device_name("sampling_device", sampling_device)
         self.seed = int(seed)
-        self._check_action_space()
+        check_fits(type(self), self.task, self.actor_model, self.critic_model)
         self._validate_args()
 
         self.save_hyperparameters(ignore=["task", "actor_model", "critic_model"])
@@ -244,21 +178,6 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         return {name: values[name] for name in names if name != "self" and name in values}
 
     # ------------------------------------------------------------------ checks
-    def _check_action_space(self) -> None:
-        from lit_marl.algorithms.registry import algorithm_names  # the registry imports every algorithm
-
-        continuous = self.task.continuous_actions
-        if (self.supports_continuous_actions if continuous else self.supports_discrete_actions):
-            return
-        kind, other = ("continuous", "discrete") if continuous else ("discrete", "continuous")
-        flag = "supports_continuous_actions" if continuous else "supports_discrete_actions"
-        fitting = ", ".join(algorithm_names(**{flag: True})) or "none yet"
-        raise ConfigError(
-            f"task.continuous_actions: {type(self).__name__} needs {other} actions, but the task {self.task.name} "
-            f"has {kind} actions; allowed: continuous_actions={str(not continuous).lower()}, or an algorithm for "
-            f"{kind} actions: {fitting}"
-        )
-
     def _validate_args(self) -> None:
         """Subclasses validate their own arguments here (called before any env is built)."""
 
@@ -387,16 +306,6 @@ class MarlAlgorithm(pl.LightningModule, ABC):
             )
         return self._sampler
 
-    @override
-    def val_dataloader(self) -> EvaluationBatches:
-        return EvaluationBatches(self.evaluation_episodes, self.evaluation_batch_size, self.evaluation_seed,
-                                 self.rank, self.world_size)
-
-    @override
-    def test_dataloader(self) -> EvaluationBatches:
-        return EvaluationBatches(self.test_episodes, min(self.test_episodes, self.evaluation_batch_size),
-                                 self.evaluation_seed, self.rank, self.world_size)
-
     # ------------------------------------------------------------------ collection
     def collect_batch(self) -> TensorDictBase:
         """Collect one iteration's frames, update counters and collection metrics, call hooks."""
@@ -407,7 +316,8 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         batch = self._get_sampler().collect(self.iteration)
         self.frames += batch.numel() * self.world_size  # every process collects the same share
         self.record("timers/collection_time", time.perf_counter() - start)
-        self._record_collection_metrics(batch)
+        for name, value in collection_metrics(self.groups, batch).items():
+            self.record(name, value)
         call_marl_hook(attached_trainer(self), self, "on_batch_collected", batch)
         return batch
 
@@ -416,26 +326,6 @@ class MarlAlgorithm(pl.LightningModule, ABC):
 
     def on_batch_collected(self, batch: TensorDictBase) -> None:
         """Hook: called with every collected batch (override in a subclass)."""
-
-    def on_evaluation_end(self, episodes: list[TensorDictBase]) -> None:
-        """Hook: called with every evaluation's rollouts (override in a subclass)."""
-
-    def _record_collection_metrics(self, batch: TensorDictBase) -> None:
-        """Mean return of the episodes that ended in this batch, per group and over groups."""
-        nxt = batch.get("next")
-        returns = []
-        for group in self.groups:
-            done = nxt.get((group, "done"), None)
-            if done is None:  # VMAS reports done once for all agents, at the root
-                done = nxt.get("done")
-            finished = done.reshape(*batch.batch_size, -1).any(-1)  # [*B]
-            self.record(f"collection/{group}/reward/reward_mean", nxt.get((group, "reward")).mean())
-            if finished.any():
-                episode_reward = nxt.get((group, "episode_reward")).reshape(*batch.batch_size, -1).mean(-1)
-                returns.append(episode_reward[finished].mean())
-                self.record(f"collection/{group}/reward/episode_reward_mean", returns[-1])
-        if returns:
-            self.record("collection/reward/episode_reward_mean", torch.stack(returns).mean())
 
     # ------------------------------------------------------------------ training
     @override
@@ -521,160 +411,23 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         for name, value in metrics.items():
             self.log(name, value, on_step=False, on_epoch=True, prog_bar=name in shown, sync_dist=False)
 
-    # ------------------------------------------------------------------ evaluation
-    @property
-    def env_device(self) -> torch.device:
-        """Where the environments step: ``sampling_device``, else the module's (training) device."""
-        return torch.device(self.sampling_device) if self.sampling_device is not None else self.device
-
-    @property
-    def evaluation_policy(self) -> TensorDictModuleBase:
-        """:attr:`policy` for envs on :attr:`env_device` (moving each step's data to the module's device and back)."""
-        if self.env_device == self.device:
-            return self.policy
-        return _OnDevice(self.policy, self.device, self.env_device)
-
-    def env_transforms(self) -> list[Transform]:
-        """Transforms every env of this algorithm needs on top of the task's: with recurrent networks, the episode
-        start flag ``is_init`` and zero hidden states from the first step."""
-        specs: dict = {}
-        for module in (*self.policies.values(), *self.critics.values()):
-            specs.update(recurrent_state_specs(module))
-        if not specs:
-            return []
-        return [InitTracker(), TensorDictPrimer(Composite({key: spec.to(self.env_device) for key, spec in specs.items()}),
-                                                expand_specs=True)]
-
-    def make_env(self, num_envs: int, seed: int | None = None) -> EnvBase:
-        """The task's batched env with :meth:`env_transforms` (what collection and evaluation step)."""
-        env = self.task.make_env(num_envs=num_envs, seed=seed, device=self.env_device)
-        for transform in self.env_transforms():
-            env.append_transform(transform)
-        return env
-
-    @property
-    def evaluator(self) -> Evaluator:
-        """The evaluation envs and seeded rollouts (validation, ``lit-marl test``, marl-eval JSON, videos)."""
-        if self._evaluator is None:
-            self._evaluator = Evaluator(self.task, lambda num_envs: self.make_env(num_envs, seed=self.evaluation_seed))
-        return self._evaluator
-
-    def evaluate(self, seed: int, num_envs: int) -> TensorDictBase:
-        """Roll out ``num_envs`` seeded episodes with :attr:`evaluation_policy`; returns the rollout
-        ``[num_envs, max_steps]`` with ``("episode", "mask")`` marking the steps of each env's first episode."""
-        return self.evaluator.rollout(self.evaluation_policy, seed, num_envs, self.evaluation_deterministic)
-
-    def episode_returns(self, rollout: TensorDictBase) -> dict[str, torch.Tensor]:
-        """Return of each evaluated episode per group ``{group: [num_envs]}`` over ``evaluate``'s real steps."""
-        return episode_returns(self.groups, rollout)
-
-    def _evaluation_step(self, batch: dict[str, int], prefix: str) -> None:
-        start = time.perf_counter()
-        rollout = self.evaluate(int(batch["seed"]), int(batch["num_envs"]))
-        mask = rollout.get(("episode", "mask"))
-        n = int(batch["num_envs"])
-        returns = self.episode_returns(rollout)
-        for group, group_return in returns.items():
-            self.log(f"{prefix}/{group}/return", group_return.mean(), batch_size=n, sync_dist=True)
-        # as BenchMARL's episode_reward_mean: the mean over groups of each group's mean return
-        mean_return = torch.stack(list(returns.values())).mean()
-        self.log(f"{prefix}/return", mean_return, batch_size=n, sync_dist=True, prog_bar=prefix == "val")
-        self.log(f"{prefix}/episode_len", mask.sum(-1).float().mean(), batch_size=n, sync_dist=True)
-        self.log(f"timers/{prefix}_evaluation_time", time.perf_counter() - start, batch_size=n, reduce_fx="sum")
-        self._eval_rollouts.append(rollout)
-
-    @override
-    def validation_step(self, batch: dict[str, int], batch_idx: int) -> None:
-        self._evaluation_step(batch, "val")
-
-    @override
-    def test_step(self, batch: dict[str, int], batch_idx: int) -> None:
-        self._evaluation_step(batch, "test")
-
-    def _end_evaluation(self) -> None:
-        rollouts, self._eval_rollouts = self._eval_rollouts, []
-        call_marl_hook(attached_trainer(self), self, "on_evaluation_end", rollouts)
-
-    @override
-    def on_validation_epoch_end(self) -> None:
-        if self.trainer.sanity_checking:
-            self._eval_rollouts = []
-            return
-        self.log("counters/frames", float(self.frames), sync_dist=False)
-        self._end_evaluation()
-
-    @override
-    def on_test_epoch_end(self) -> None:
-        self._end_evaluation()
-
     # ------------------------------------------------------------------ checkpoints
     @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint.setdefault("lit_marl", {}).update({
-            "format_version": FORMAT_VERSION,
-            "lit_marl_version": __version__,
-            "algorithm": self.algorithm_name,
-            "task": self.task.to_config(),
-            "group_map": {g: list(a) for g, a in self.task.group_map.items()},
-            "frames": int(self.frames),
-            "iteration": int(self.iteration),
-            "rng": rng_state(),
-        })
+        checkpoint.setdefault("lit_marl", {}).update(run_meta(self.algorithm_name, self.task, self.frames,
+                                                              self.iteration))
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        meta = checkpoint.get("lit_marl")
-        if meta is None:
-            raise ConfigError("checkpoint: not a lit-marl checkpoint (no 'lit_marl' entry)")
-        check_compatible(meta, self.algorithm_name, self.task.to_config(), "checkpoint", self.task.group_map)
-        if "state_dict" in checkpoint:  # before Lightning's load_state_dict, which would fail inside PyTorch
-            check_state_dict(checkpoint["state_dict"], self.state_dict(), "checkpoint")
+        meta = checked_meta(checkpoint, self.algorithm_name, self.task, self.state_dict())
         self.frames = int(meta["frames"])
         self.iteration = int(meta["iteration"])
         # RNG state is applied right before the next collection (after the envs are built).
         self._restored = dict(meta)
 
-    # ------------------------------------------------------------------ teardown
     @override
     def teardown(self, stage: str) -> None:
         if self._sampler is not None:
             self._sampler.close()
             self._sampler = None
-        if self._evaluator is not None:
-            self._evaluator.close()
-            self._evaluator = None
-
-
-class OnPolicyAlgorithm(MarlAlgorithm):
-    """Base of on-policy algorithms: each iteration trains ``n_minibatch_iters`` epochs of shuffled
-    minibatches of ``minibatch_size`` frames on the frames just collected, then discards them."""
-
-    on_policy: ClassVar[bool] = True
-    #: set by the subclass's ``__init__`` (before ``super().__init__``)
-    n_minibatch_iters: int
-    minibatch_size: int
-
-    @override
-    def _validate_args(self) -> None:
-        if self.minibatch_size > self.frames_per_batch:
-            raise ConfigError(
-                f"minibatch_size: {self.minibatch_size} is larger than frames_per_batch={self.frames_per_batch}; "
-                f"allowed: 1..{self.frames_per_batch}"
-            )
-
-    @property
-    def chunk_length(self) -> int | None:
-        """Steps per training chunk where the algorithm trains on trajectory chunks (recurrent networks);
-        None: minibatches of shuffled single steps."""
-        return None
-
-    @property
-    def minibatches_per_iteration(self) -> int:
-        if self.chunk_length is None:
-            return self.n_minibatch_iters * (self.frames_per_batch // self.minibatch_size)
-        chunks = self.frames_per_batch // self.chunk_length
-        return self.n_minibatch_iters * (chunks // (self.minibatch_size // self.chunk_length))
-
-    @override
-    def train_dataloader(self) -> OnPolicyData:
-        return OnPolicyData(self)
+        super().teardown(stage)

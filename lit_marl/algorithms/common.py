@@ -7,6 +7,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from torch import nn
 from torchrl.modules import IndependentNormal, MaskedCategorical, ProbabilisticActor, TanhNormal
+from typing_extensions import override
 
 from lit_marl.envs.base import Task
 from lit_marl.models import ModelConfig, ModelInputs
@@ -24,6 +25,7 @@ class TanhBounded(nn.Module):
         self.register_buffer("low", torch.as_tensor(low, dtype=torch.float32).clone())
         self.register_buffer("high", torch.as_tensor(high, dtype=torch.float32).clone())
 
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.low + (self.high - self.low) * (x.tanh() + 1) / 2
 
@@ -36,6 +38,7 @@ class FromState(nn.Module):
         self.net = net
         self.state_ndim = state_ndim
 
+    @override
     def forward(self, state: torch.Tensor, *actions: torch.Tensor) -> torch.Tensor:
         inputs = [state.flatten(start_dim=state.dim() - self.state_ndim), *(a.flatten(-2) for a in actions)]
         return self.net(torch.cat(inputs, dim=-1)).unsqueeze(-1)
@@ -85,6 +88,7 @@ class MaskGuard(TensorDictModuleBase):
         self.in_keys = [task.action_mask_key(group)]
         self.out_keys = []
 
+    @override
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         mask = tensordict.get(self.in_keys[0])
         legal = mask.any(-1)

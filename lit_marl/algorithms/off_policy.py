@@ -20,21 +20,18 @@ from tensordict import TensorDictBase
 from tensordict.utils import unravel_key
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
-from torchrl.data import LazyMemmapStorage, LazyTensorStorage, RandomSampler, SliceSampler, TensorDictReplayBuffer
+from torchrl.data import TensorDictReplayBuffer
 from torchrl.objectives import HardUpdate, SoftUpdate
 from typing_extensions import override
 
 from lit_marl.algorithms.base import MarlAlgorithm
 from lit_marl.checkpoint import rank_sidecar, save_buffers_per_process
 from lit_marl.data.off_policy import OffPolicyData
-from lit_marl.data.replay import TensorPrioritizedSampler, buffer_state, load_buffer_state
+from lit_marl.data.replay import BUFFER_DEVICES, TRAJECTORY_KEY, ReplayShape, buffer_state, group_buffers
 from lit_marl.lightning_adapter import attached_trainer
 from lit_marl.errors import CheckpointError, ConfigError, positive_int, unit_interval
 from lit_marl.models.recurrent import recurrent_state_specs, sequence_mode
 
-BUFFER_DEVICES = ("cpu", "train", "disk")
-#: the episode number the torchrl collector gives every step (sequence sampling keeps slices inside one episode)
-TRAJECTORY_KEY = ("collector", "traj_ids")
 
 
 class RandomUntil(TensorDictModuleBase):
@@ -51,6 +48,7 @@ class RandomUntil(TensorDictModuleBase):
         self.active = False
         self.steps_policy = bool(recurrent_state_specs(policy))
 
+    @override
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         if not self.active:
             return self.policy(tensordict)
@@ -225,35 +223,21 @@ class OffPolicyAlgorithm(MarlAlgorithm):
             keys += [*states, *(("next", *key) for key in states), "is_init", TRAJECTORY_KEY]
         return list(dict.fromkeys(keys))
 
-    def _buffer_dir(self) -> Path:
-        trainer = attached_trainer(self)
-        root = (trainer.log_dir or trainer.default_root_dir) if trainer is not None else tempfile.mkdtemp()
-        return Path(root) / "replay_buffers"
-
     def replay_buffers(self) -> dict[str, TensorDictReplayBuffer]:
-        """One replay buffer per group, built on first use (then filled from a checkpoint if resuming)."""
+        """One replay buffer per group (:func:`~lit_marl.data.replay.replay_buffer`), built on first use, then
+        filled from a checkpoint if resuming."""
         if self._replay_buffer_map is None:
-            self._replay_buffer_map = {g: self._make_buffer(g) for g in self.groups}
-            if self._restored is not None and "replay_buffers" in self._restored:
-                for group, state in self._restored.pop("replay_buffers").items():
-                    load_buffer_state(self._replay_buffer_map[group], state)
+            trainer = attached_trainer(self)
+            root = (trainer.log_dir or trainer.default_root_dir) if trainer is not None else tempfile.mkdtemp()
+            shape = ReplayShape(
+                self.memory_size, self.buffer_device, priority=(self.prb_alpha, self.prb_beta)
+                if self.use_prioritized_replay_buffer else None,
+                slice_length=self.burn_in + self.chunk_length if self.recurrent else None,
+            )
+            restored = self._restored.pop("replay_buffers", None) if self._restored is not None else None
+            self._replay_buffer_map = group_buffers(self.groups, shape, self.device, Path(root) / "replay_buffers",
+                                                    restored)
         return self._replay_buffer_map
-
-    def _make_buffer(self, group: str) -> TensorDictReplayBuffer:
-        if self.buffer_device == "disk":
-            storage = LazyMemmapStorage(self.memory_size, scratch_dir=self._buffer_dir() / group, existsok=True)
-        else:
-            device = "cpu" if self.buffer_device == "cpu" else self.device
-            storage = LazyTensorStorage(self.memory_size, device=device)
-        if self.recurrent:
-            # slices of consecutive steps of one episode (the collector numbers each episode); burn-in steps first
-            sampler = SliceSampler(slice_len=self.burn_in + self.chunk_length, traj_key=TRAJECTORY_KEY,
-                                   end_key=None, strict_length=True)
-        elif self.use_prioritized_replay_buffer:
-            sampler = TensorPrioritizedSampler(self.memory_size, alpha=self.prb_alpha, beta=self.prb_beta)
-        else:
-            sampler = RandomSampler()
-        return TensorDictReplayBuffer(storage=storage, sampler=sampler, priority_key=(group, "td_error"))
 
     @override
     def group_batch(self, batch: TensorDictBase, group: str) -> TensorDictBase:

@@ -17,7 +17,7 @@ from torchrl.modules import ProbabilisticActor
 from torchrl.objectives import ClipPPOLoss, ValueEstimators
 from typing_extensions import override
 
-from lit_marl.algorithms.base import OnPolicyAlgorithm
+from lit_marl.algorithms.on_policy import OnPolicyAlgorithm
 from lit_marl.algorithms.common import FromState, stochastic_policy
 from lit_marl.envs.base import Task
 from lit_marl.models import ModelConfig, ModelInputs
@@ -117,6 +117,7 @@ class PPO(OnPolicyAlgorithm):
         return self.actor_model.is_recurrent or self.critic_model.is_recurrent
 
     @property
+    @override
     def chunk_length(self) -> int | None:
         """Steps per training chunk with recurrent networks (None: minibatches of single steps)."""
         if not self.recurrent:

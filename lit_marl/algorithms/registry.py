@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from lit_marl.errors import ConfigError
 
 
@@ -35,3 +37,25 @@ def algorithm_names(**flags: bool) -> list[str]:
     ``algorithm_names(supports_recurrent=True)``."""
     return sorted(cls.__name__ for cls in algorithms_by_name().values()
                   if all(getattr(cls, flag) == value for flag, value in flags.items()))
+
+
+def check_fits(cls: type, task: Any, actor_model: Any, critic_model: Any) -> None:
+    """Refuse, by name and before any env is built, a task whose action space or models ``cls`` cannot train,
+    naming the algorithms that could."""
+    for field, model in (("actor_model", actor_model), ("critic_model", critic_model)):
+        if model.is_recurrent and not cls.supports_recurrent:
+            raise ConfigError(
+                f"{field}: {type(model).__name__} is recurrent, and {cls.__name__} cannot train recurrent networks "
+                f"yet; allowed: a feed-forward model (Mlp, Cnn, DeepSets, Gnn), or an algorithm that trains on "
+                f"sequences: {', '.join(algorithm_names(supports_recurrent=True))}"
+            )
+    continuous = task.continuous_actions
+    if cls.supports_continuous_actions if continuous else cls.supports_discrete_actions:
+        return
+    kind, other = ("continuous", "discrete") if continuous else ("discrete", "continuous")
+    flag = "supports_continuous_actions" if continuous else "supports_discrete_actions"
+    raise ConfigError(
+        f"task.continuous_actions: {cls.__name__} needs {other} actions, but the task {task.name} has {kind} "
+        f"actions; allowed: continuous_actions={str(not continuous).lower()}, or an algorithm for {kind} actions: "
+        f"{', '.join(algorithm_names(**{flag: True})) or 'none yet'}"
+    )

@@ -167,6 +167,7 @@ class _Unflatten(nn.Module):
         super().__init__()
         self.net, self.n_agents, self.n_actions = net, n_agents, n_actions
 
+    @override
     def forward(self, state):
         return self.net(state).squeeze(-1).unflatten(-1, (self.n_agents, self.n_actions))
 

@@ -79,3 +79,23 @@ class Sampler:
 
 def _as_tuple(key) -> tuple:
     return key if isinstance(key, tuple) else (key,)
+
+
+def collection_metrics(groups: Sequence[str], batch: TensorDictBase) -> dict[str, torch.Tensor]:
+    """Per group the mean reward of a collected batch and the mean return of the episodes that ended in it, and
+    the mean of those returns over groups (``collection/…``)."""
+    nxt = batch.get("next")
+    metrics, returns = {}, []
+    for group in groups:
+        done = nxt.get((group, "done"), None)
+        if done is None:  # VMAS reports done once for all agents, at the root
+            done = nxt.get("done")
+        finished = done.reshape(*batch.batch_size, -1).any(-1)  # [*B]
+        metrics[f"collection/{group}/reward/reward_mean"] = nxt.get((group, "reward")).mean()
+        if finished.any():
+            episode_reward = nxt.get((group, "episode_reward")).reshape(*batch.batch_size, -1).mean(-1)
+            returns.append(episode_reward[finished].mean())
+            metrics[f"collection/{group}/reward/episode_reward_mean"] = returns[-1]
+    if returns:
+        metrics["collection/reward/episode_reward_mean"] = torch.stack(returns).mean()
+    return metrics

@@ -1,4 +1,5 @@
-"""Replay buffers' home: prioritized experience replay in plain torch, and a buffer's checkpoint state.
+"""Replay buffers' home: the per-group buffers of off-policy algorithms (storage, sampler, checkpoint state), and
+prioritized experience replay in plain torch. (Per-process sidecar files of DDP runs: ``lit_marl.checkpoint``.)
 
 torchrl's ``PrioritizedSampler`` keeps its sum/min segment trees in a C++ extension; torchrl 0.14.1's
 extension does not load against torch 2.13 (undefined symbol), so prioritized replay would not run on
@@ -10,16 +11,18 @@ RNG state like everything else.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import unravel_key_list
-from torchrl.data import TensorDictReplayBuffer
-
 import torch
+from torchrl.data import LazyMemmapStorage, LazyTensorStorage, RandomSampler, SliceSampler, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.data.replay_buffers.storages import Storage
+from typing_extensions import override
 
 
 class TensorPrioritizedSampler(Sampler):
@@ -43,17 +46,20 @@ class TensorPrioritizedSampler(Sampler):
         self.eps = eps
         self._empty()
 
+    @override
     def _empty(self) -> None:
         self._priority = torch.zeros(self.max_capacity, dtype=torch.float64)
         self._max_priority = 1.0
 
     @property
+    @override
     def default_priority(self) -> float:
         return self._max_priority
 
     def _transform(self, priority: torch.Tensor) -> torch.Tensor:
         return (priority.to(torch.float64) + self.eps) ** self.alpha
 
+    @override
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         n = len(storage)
         if n == 0:
@@ -68,13 +74,16 @@ class TensorPrioritizedSampler(Sampler):
     def _set_default(self, index: torch.Tensor | int) -> None:
         self._priority[torch.as_tensor(index, dtype=torch.long)] = self._transform(torch.tensor(self._max_priority))
 
+    @override
     def add(self, index: int) -> None:
         self._set_default(index)
 
+    @override
     def extend(self, index: torch.Tensor) -> None:
         self._set_default(index)
 
     @torch.no_grad()
+    @override
     def update_priority(self, index: torch.Tensor | int, priority: torch.Tensor | float, *,
                         storage: Storage | None = None) -> None:
         index = torch.as_tensor(index, dtype=torch.long).reshape(-1).cpu()
@@ -84,23 +93,29 @@ class TensorPrioritizedSampler(Sampler):
         self._max_priority = max(self._max_priority, float(priority.max()))
         self._priority[index] = self._transform(priority)
 
+    @override
     def mark_update(self, index: torch.Tensor | int, *, storage: Storage | None = None) -> None:
         self._set_default(index)
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {"priority": self._priority.clone(), "max_priority": self._max_priority}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._priority = state_dict["priority"].clone()
         self._max_priority = float(state_dict["max_priority"])
 
     @property
+    @override
     def ran_out(self) -> bool:
         return False
 
+    @override
     def dumps(self, path) -> None:
         torch.save(self.state_dict(), Path(path) / "prioritized_sampler.pt")
 
+    @override
     def loads(self, path) -> None:
         self.load_state_dict(torch.load(Path(path) / "prioritized_sampler.pt", weights_only=True))
 
@@ -134,3 +149,54 @@ def load_buffer_state(buffer: TensorDictReplayBuffer, state: dict[str, Any]) -> 
     buffer._writer._cursor = state["cursor"]
     buffer._writer._write_count = state["write_count"]
     buffer.sampler.load_state_dict(state["sampler"])
+
+
+#: where a replay buffer keeps its transitions (``buffer_device``): CPU memory, the training device, or a memory-mapped
+#: file in the run folder
+BUFFER_DEVICES = ("cpu", "train", "disk")
+#: the episode number the torchrl collector gives every step (sequence sampling keeps slices inside one episode)
+TRAJECTORY_KEY = ("collector", "traj_ids")
+
+
+@dataclass(frozen=True)
+class ReplayShape:
+    """What every group's replay buffer of one algorithm looks like.
+
+    Args:
+        capacity: transitions kept (``memory_size``); the oldest are overwritten.
+        where: one of :data:`BUFFER_DEVICES`.
+        priority: ``(alpha, beta)`` of prioritized replay, or None for uniform sampling.
+        slice_length: with recurrent policies, the steps of each sampled slice of one episode (burn-in + sequence);
+            None samples single transitions.
+    """
+
+    capacity: int
+    where: str = "cpu"
+    priority: tuple[float, float] | None = None
+    slice_length: int | None = None
+
+
+def replay_buffer(group: str, shape: ReplayShape, device: torch.device, scratch_dir: Path) -> TensorDictReplayBuffer:
+    """The replay buffer of ``group``: its TD errors (``(group, "td_error")``) are its priorities."""
+    if shape.where == "disk":
+        storage = LazyMemmapStorage(shape.capacity, scratch_dir=scratch_dir / group, existsok=True)
+    else:
+        storage = LazyTensorStorage(shape.capacity, device="cpu" if shape.where == "cpu" else device)
+    if shape.slice_length is not None:
+        # slices of consecutive steps of one episode (the collector numbers each episode); burn-in steps first
+        sampler = SliceSampler(slice_len=shape.slice_length, traj_key=TRAJECTORY_KEY, end_key=None,
+                               strict_length=True)
+    elif shape.priority is not None:
+        sampler = TensorPrioritizedSampler(shape.capacity, alpha=shape.priority[0], beta=shape.priority[1])
+    else:
+        sampler = RandomSampler()
+    return TensorDictReplayBuffer(storage=storage, sampler=sampler, priority_key=(group, "td_error"))
+
+
+def group_buffers(groups: Sequence[str], shape: ReplayShape, device: torch.device, scratch_dir: Path,
+                  restored: dict[str, dict[str, Any]] | None = None) -> dict[str, TensorDictReplayBuffer]:
+    """One :func:`replay_buffer` per group, filled from ``restored`` (:func:`buffer_state` per group) if given."""
+    buffers = {group: replay_buffer(group, shape, device, scratch_dir) for group in groups}
+    for group, state in (restored or {}).items():
+        load_buffer_state(buffers[group], state)
+    return buffers

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.envs import BatchSizeTransform, EnvBase, ParallelEnv, SerialEnv, TransformedEnv
+from typing_extensions import override
 
 
 def workers_for(num_envs: int, num_workers: int) -> int:
@@ -63,6 +64,7 @@ class FlatBatchEnv(TransformedEnv):
     def __init__(self, env: ParallelEnv) -> None:
         super().__init__(env, BatchSizeTransform(reshape_fn=lambda td: td.flatten(0, 1)))
 
+    @override
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         # BatchSizeTransform reshapes steps' inputs back to [workers, per_worker] but not a partial reset's: the
         # "_reset" flags of env e would be read as worker e's. Unflatten them here.

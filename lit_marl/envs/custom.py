@@ -37,6 +37,7 @@ import gymnasium as gym
 import torch
 from torchrl.data import Categorical, Composite
 from torchrl.envs import EnvBase, StepCounter, TransformedEnv
+from typing_extensions import override
 
 from lit_marl.envs.base import Task
 from lit_marl.envs.batching import batched_env
@@ -199,18 +200,22 @@ class CustomTask(Task):
 
     # Configurable writes init args back from attributes of the same name.
     @property
+    @override
     def continuous_actions(self) -> bool:
         return self._continuous if self._inner is None else self._inner.continuous_actions
 
     @property
+    @override
     def state_key(self) -> str | None:  # type: ignore[override]
         return self._state_key if self._inner is None else self._inner.state_key
 
     @property
+    @override
     def success_key(self) -> str | None:  # type: ignore[override]
         return self._success_key if self._inner is None else self._inner.success_key
 
     @property
+    @override
     def name(self) -> str:
         return f"custom/{self._class_name}"
 
@@ -218,6 +223,7 @@ class CustomTask(Task):
     def turn_based(self) -> bool:
         return bool(getattr(self._inner, "turn_based", False))
 
+    @override
     def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
         if self._inner is not None:
             env = self._inner._make_env(num_envs, seed, device)
@@ -239,14 +245,17 @@ class CustomTask(Task):
             env.set_seed(seed)
         return TransformedEnv(env, StepCounter(self.max_steps))
 
+    @override
     def _group_map(self, env: EnvBase) -> dict[str, list[str]]:
         if self._inner is not None:
             return self._inner._group_map(env)
         return self._torchrl_group_map
 
+    @override
     def _simulator_label(self) -> str:
         return self.env_class
 
+    @override
     def _probe_allowed(self, field: str, label: str) -> str:
         return _class_allowed(label, f"a {self.kind} env as CustomTask describes")
 
@@ -309,6 +318,7 @@ class CustomTask(Task):
         finally:
             env.close()
 
+    @override
     def render(self, env: EnvBase, env_index: int = 0):
         return super().render(env, env_index) if self._inner is None else self._inner.render(env, env_index)
 
@@ -347,22 +357,28 @@ class _PettingZooClassTask(PettingZooTask):
         self._entry = PettingZooEntry(path, "pettingzoo", "continuous" if self._continuous_actions else "discrete")
 
     @property
+    @override
     def state_key(self) -> str | None:  # type: ignore[override]
         return "state" if self.return_state else None
 
+    @override
     def _simulator_arguments_given(self) -> Any:
         return self._kwargs
 
+    @override
     def _simulator_label(self) -> str:
         return self._path
 
+    @override
     def _probe_allowed(self, field: str, label: str) -> str:
         return _class_allowed(label, "a PettingZoo env (possible_agents, action_space(agent), observation_space(agent), "
                                      f"reset, step{', state()' if self.return_state else ''})")
 
+    @override
     def env_kwargs(self) -> dict[str, Any]:
         return dict(self._kwargs)
 
+    @override
     def _one_episode(self, return_state: bool, device: torch.device | str) -> Callable[[], EnvBase]:
         return functools.partial(_make_pettingzoo_one, self._path, self.turn_based, self.env_kwargs(),
                                  self._group_map_arg(), return_state, str(device))
@@ -383,11 +399,14 @@ class _GymnasiumClassTask(GymnasiumTask):
         self.group = group
         self._check_spaces(path)
 
+    @override
     def _simulator_label(self) -> str:
         return self.env_id
 
+    @override
     def _probe_allowed(self, field: str, label: str) -> str:
         return _class_allowed(label, "a gymnasium.Env (reset, step, observation_space, action_space)")
 
+    @override
     def _one_env(self) -> Callable[[], gym.Env]:
         return functools.partial(_make_gymnasium_one, self.env_id, self.max_steps, self.env_kwargs)

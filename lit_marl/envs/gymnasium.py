@@ -20,6 +20,7 @@ import torch
 from torchrl.data import Categorical
 from torchrl.envs import Compose, EnvBase, GymWrapper, RenameTransform, TransformedEnv, UnsqueezeTransform
 from torchrl.envs.gym_like import default_info_dict_reader
+from typing_extensions import override
 
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, one_of, positive_int, did_you_mean
@@ -82,14 +83,17 @@ class GymnasiumTask(Task):
                               f"(continuous) or Discrete")
 
     @property
+    @override
     def continuous_actions(self) -> bool:
         return isinstance(self._spaces[1], gym.spaces.Box)
 
     @property
+    @override
     def name(self) -> str:
         return f"gymnasium/{self.env_id}"
 
     @property
+    @override
     def success_key(self) -> str | None:  # type: ignore[override]
         """``"is_success"`` where the env reports ``info["is_success"]``."""
         return "is_success" if self._spaces[2] else None
@@ -110,9 +114,11 @@ class GymnasiumTask(Task):
     #: the init arg that names the env (in error messages)
     _source_field = "task.env_id"
 
+    @override
     def _simulator_label(self) -> str:
         return f"gymnasium.make({self.env_id!r})"
 
+    @override
     def _probe_allowed(self, field: str, label: str) -> str:
         return f"allowed: arguments the env registered as task.env_id {self.env_id!r} accepts, with values it accepts"
 
@@ -120,6 +126,7 @@ class GymnasiumTask(Task):
         """A picklable factory of one episode's env (``async`` workers build their own)."""
         return functools.partial(_make_one, self.env_id, self.max_steps, self.env_kwargs)
 
+    @override
     def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
         make = self._one_env()
         autoreset = gym.vector.AutoresetMode.SAME_STEP  # what torchrl's wrapper expects
@@ -149,9 +156,11 @@ class GymnasiumTask(Task):
             env.set_seed(seed)
         return env
 
+    @override
     def _group_map(self, env: EnvBase) -> dict[str, list[str]]:
         return {self.group: [f"{self.group}_0"]}
 
+    @override
     def render(self, env: EnvBase, env_index: int = 0):
         raise ConfigError(f"rendering: {self.name} is vectorised by Gymnasium, which renders no single env; "
                           f"allowed: tasks that implement Task.render, such as VmasTask")

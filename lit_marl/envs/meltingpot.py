@@ -38,6 +38,7 @@ from torchrl.envs import EnvBase, SerialEnv, Transform, TransformedEnv
 from torchrl._utils import seed_generator
 from torchrl.envs.libs.meltingpot import MeltingpotEnv
 from torchrl.envs.utils import MarlGroupMapType
+from typing_extensions import override
 
 from lit_marl.envs.base import Task
 from lit_marl.envs.batching import batched_env
@@ -117,9 +118,11 @@ class SeededMeltingpotEnv(MeltingpotEnv):
         self._unused_seed = seed
         super().__init__(substrate, **kwargs)
 
+    @override
     def _build_env(self, substrate):
         return self._substrate(self._build_seed)
 
+    @override
     def _reset(self, tensordict=None, **kwargs):
         self._unused_seed = None
         return super()._reset(tensordict, **kwargs)
@@ -130,6 +133,7 @@ class SeededMeltingpotEnv(MeltingpotEnv):
         with _seeded_python_random(seed):
             return mp_substrate.build_from_config(config, roles=self._roles or config.default_player_roles)
 
+    @override
     def _set_seed(self, seed: int | None) -> None:
         if seed is not None and seed == self._unused_seed:  # a build costs as much as a reset: skip a second one
             return
@@ -216,10 +220,12 @@ class MeltingPotTask(Task):
         self._players = players
 
     @property
+    @override
     def name(self) -> str:
         return f"meltingpot/{self.substrate}"
 
     @property
+    @override
     def state_key(self) -> str | None:  # type: ignore[override]
         return "state" if self.return_state else None
 
@@ -235,6 +241,7 @@ class MeltingPotTask(Task):
         return functools.partial(_substrate_env, self.substrate, None if self.roles is None else tuple(self.roles),
                                  self.max_steps, self._group_map_arg(), str(device))
 
+    @override
     def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
         # each episode's substrate is built once with its seed, not built unseeded and rebuilt by set_seed: a build
         # costs as much as a reset
@@ -243,6 +250,7 @@ class MeltingPotTask(Task):
         return TransformedEnv(env, PlayerView(env.full_observation_spec, list(self._single_group_map),
                                               self.return_state))
 
+    @override
     def _group_map(self, env: EnvBase) -> dict[str, list[str]]:
         return self._single_group_map
 
@@ -253,6 +261,7 @@ class MeltingPotTask(Task):
             group_map = group_map.get_group_map(self._players)
         return {g: list(a) for g, a in group_map.items()}
 
+    @override
     def render(self, env: EnvBase, env_index: int = 0):
         base = env
         while hasattr(base, "base_env") and not hasattr(base, "_envs"):
@@ -306,12 +315,15 @@ class PlayerView(Transform):
             tensordict.set("state", world.to(torch.float32) / 255)
         return tensordict
 
+    @override
     def _call(self, tensordict: TensorDictBase) -> TensorDictBase:
         return self._view(tensordict)
 
+    @override
     def _reset(self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase) -> TensorDictBase:
         return self._view(tensordict_reset)
 
+    @override
     def transform_observation_spec(self, observation_spec: Composite) -> Composite:
         for group in self.groups:
             group_spec = observation_spec[group]
@@ -331,6 +343,7 @@ class PlayerView(Transform):
                                                 device=observation_spec.device)
         return observation_spec
 
+    @override
     def transform_reward_spec(self, reward_spec: Composite) -> Composite:
         for group in self.groups:
             spec = reward_spec[group, "reward"]

@@ -27,6 +27,7 @@ import torch
 from torchrl.data import Composite, Unbounded
 from torchrl.envs import EnvBase, Transform, TransformedEnv
 from torchrl.envs.utils import MarlGroupMapType
+from typing_extensions import override
 
 from lit_marl.envs.base import Task
 from lit_marl.envs.batching import batched_env
@@ -215,6 +216,7 @@ class PettingZooTask(Task):
         self.num_workers = check_workers(num_workers, self.turn_based)
 
     @property
+    @override
     def name(self) -> str:
         return f"pettingzoo/{self.task}"
 
@@ -234,6 +236,7 @@ class PettingZooTask(Task):
         return kwargs
 
     @property
+    @override
     def state_key(self) -> str | None:  # type: ignore[override]
         use = self._entry.has_state if self.return_state is None else bool(self.return_state)
         if use and not self._entry.has_state:
@@ -252,6 +255,7 @@ class PettingZooTask(Task):
         return functools.partial(_make_pettingzoo, self._entry.module, self.turn_based, self.env_kwargs(),
                                  self._group_map_arg(), return_state, str(device))
 
+    @override
     def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
         env = batched_env(self._one_episode(self.state_key is not None, device), num_envs, device,
                           num_workers=self.num_workers)
@@ -260,6 +264,7 @@ class PettingZooTask(Task):
         return TransformedEnv(env, AgentView(env.full_observation_spec, list(self._single_group_map), self.turn_based,
                                              flatten=not self._entry.images))
 
+    @override
     def _group_map(self, env: EnvBase) -> dict[str, list[str]]:
         return self._single_group_map
 
@@ -272,6 +277,7 @@ class PettingZooTask(Task):
         finally:
             env.close()
 
+    @override
     def render(self, env: EnvBase, env_index: int = 0):
         base = env
         while hasattr(base, "base_env") and not hasattr(base, "_envs"):
@@ -322,12 +328,15 @@ class AgentView(Transform):
             group_td.set("observation", flat)
         return tensordict
 
+    @override
     def _call(self, tensordict):
         return self._view(tensordict)
 
+    @override
     def _reset(self, tensordict, tensordict_reset):
         return self._view(tensordict_reset)
 
+    @override
     def transform_observation_spec(self, observation_spec: Composite) -> Composite:
         for group, shape in self.agent_obs_shape.items():
             group_spec = observation_spec[group]

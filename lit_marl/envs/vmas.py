@@ -9,6 +9,7 @@ import torch
 import vmas
 from torchrl.envs import EnvBase, VmasEnv
 from torchrl.envs.utils import MarlGroupMapType
+from typing_extensions import override
 
 from lit_marl.envs.base import Task
 from lit_marl.utils import pack_numpy_rng, unpack_numpy_rng
@@ -84,9 +85,11 @@ class VmasTask(Task):
         self.scenario_kwargs = {**(scenario_kwargs or {}), **kwargs}
 
     @property
+    @override
     def name(self) -> str:
         return f"vmas/{self.scenario}"
 
+    @override
     def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
         with warnings.catch_warnings():
             # a misspelt argument would otherwise train the scenario's default without a word
@@ -110,17 +113,20 @@ class VmasTask(Task):
                 # what VMAS raises itself with check_kwargs_consumed(warn=False), without its note on future versions
                 raise ValueError(str(warning).split(" This will turn into an error")[0]) from None
 
+    @override
     def simulator_rng_state(self) -> dict[str, Any]:
         # VMAS draws from one process-wide generator state kept on its Environment class (shared by
         # every VMAS env, training and evaluation alike) and swapped in around each call.
         torch_state, np_state, py_state = _vmas_random_state()
         return {"torch": torch_state.clone(), "numpy": pack_numpy_rng(np_state), "python": py_state}
 
+    @override
     def set_simulator_rng_state(self, state: dict[str, Any]) -> None:
         shared = _vmas_random_state()
         version, internal, gauss = state["python"]
         shared[:] = [state["torch"].clone(), unpack_numpy_rng(state["numpy"]), (version, tuple(internal), gauss)]
 
+    @override
     def render(self, env: EnvBase, env_index: int = 0):
         base = env.base_env if hasattr(env, "base_env") else env
         return base.render(mode="rgb_array", env_index=env_index, visualize_when_rgb=False)

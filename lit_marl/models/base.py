@@ -21,6 +21,7 @@ from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import Composite
+from typing_extensions import override
 
 from lit_marl.errors import ConfigError
 from lit_marl.utils import Configurable
@@ -88,6 +89,7 @@ class FlattenConcat(nn.Module):
         self.head = head
         self.feature_ndims = list(feature_ndims)
 
+    @override
     def forward(self, *inputs: torch.Tensor) -> Any:
         parts = [as_features(x if nd == 1 else x.flatten(x.dim() - nd)) for x, nd in zip(inputs, self.feature_ndims)]
         out = self.net(parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1))

@@ -8,6 +8,7 @@ import torch
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 from torchrl.modules import MultiAgentConvNet, MultiAgentMLP
+from typing_extensions import override
 
 from lit_marl.errors import ConfigError, check_types
 from lit_marl.models.base import ModelConfig, ModelInputs, as_features
@@ -24,6 +25,7 @@ class _ConvThenMlp(nn.Module):
         self.image_slots = image_slots
         self.channels_last = channels_last
 
+    @override
     def forward(self, *inputs: torch.Tensor):
         images = [inputs[i] for i in self.image_slots]
         image = images[0] if len(images) == 1 else torch.cat(images, dim=-1 if self.channels_last else -3)
@@ -78,6 +80,7 @@ class Cnn(ModelConfig):
         self.mlp_activation_class = mlp_activation_class
         self.channels_last = bool(channels_last)
 
+    @override
     def build_module(self, inputs: ModelInputs, out_keys, n_agent_outputs, centralised, share_params, head=None,
                      device=None) -> TensorDictModuleBase:
         image_slots = [i for i, shape in enumerate(inputs.shapes) if len(shape) == 3]

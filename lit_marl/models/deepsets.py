@@ -19,6 +19,7 @@ import torch
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 from torchrl.modules import MLP, MultiAgentMLP
+from typing_extensions import override
 
 from lit_marl.errors import ConfigError, check_types, one_of
 from lit_marl.models.base import ModelConfig, ModelInputs
@@ -44,6 +45,7 @@ class _CentralisedSet(nn.Module):
         self.phi, self.rho, self.head = phi, rho, head
         self.aggregation, self.n_agents, self.feature_ndims = aggregation, n_agents, feature_ndims
 
+    @override
     def forward(self, *inputs: torch.Tensor):
         parts = [x if nd == 1 else x.flatten(x.dim() - nd) for x, nd in zip(inputs, self.feature_ndims)]
         x = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
@@ -62,6 +64,7 @@ class _PerAgentSet(nn.Module):
         self.phi, self.rho, self.head = phi, rho, head
         self.aggregation, self.set_slots = aggregation, set_slots
 
+    @override
     def forward(self, *inputs: torch.Tensor):
         sets = [inputs[i] for i in self.set_slots]
         n_elements = sets[0].shape[-2]
@@ -82,6 +85,7 @@ class _PerAgentElements(nn.Module):
         super().__init__()
         self.net = net
 
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [*B, n_agents, n_elements, F]
         return self.net(x.transpose(-3, -2)).transpose(-3, -2)
 
@@ -126,6 +130,7 @@ class DeepSets(ModelConfig):
                              share_params=share_params, num_cells=list(cells), device=device,
                              activation_class=_activation(self.activation_class))
 
+    @override
     def build_module(self, inputs: ModelInputs, out_keys, n_agent_outputs, centralised, share_params, head=None,
                      device=None) -> TensorDictModuleBase:
         width = self.local_nn_out_features
@@ -154,6 +159,7 @@ class DeepSets(ModelConfig):
         module = _PerAgentSet(phi, rho, self.aggregation, set_slots, head)
         return TensorDictModule(module, in_keys=list(inputs.keys), out_keys=list(out_keys))
 
+    @override
     def build_multi_agent(self, n_agent_inputs, n_agent_outputs, n_agents, centralised, share_params, device=None):
         if not centralised:
             raise ConfigError("DeepSets over flat per-agent features needs centralised=True (the agents are the set)")

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
+from typing_extensions import override
 
 from lit_marl.errors import ConfigError, check_types, one_of
 from lit_marl.models.base import ModelConfig, ModelInputs
@@ -62,6 +63,7 @@ class _GraphOverAgents(nn.Module):
         pairs.fill_diagonal_(self_loops)
         self.register_buffer("fixed_pairs", pairs, persistent=False)
 
+    @override
     def forward(self, *inputs: torch.Tensor):
         n = self.n_agents
         features = inputs[:len(self.feature_ndims)]
@@ -154,6 +156,7 @@ class Gnn(ModelConfig):
             raise ConfigError("velocity_key: velocities are used with positions only; set position_key too")
         self.exclude_pos_from_node_features = bool(exclude_pos_from_node_features)
 
+    @override
     def build_module(self, inputs: ModelInputs, out_keys, n_agent_outputs, centralised, share_params, head=None,
                      device=None) -> TensorDictModuleBase:
         field = inputs.field
@@ -206,6 +209,7 @@ class Gnn(ModelConfig):
         )
         return TensorDictModule(module, in_keys=[*inputs.keys, *extra_keys], out_keys=list(out_keys))
 
+    @override
     def build_multi_agent(self, n_agent_inputs, n_agent_outputs, n_agents, centralised, share_params, device=None):
         if self.position_key is not None:
             raise ConfigError("Gnn with positions reads them from the task's TensorDict; it cannot be built over "

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from torch import nn
 from torchrl.modules import MLP, MultiAgentMLP
+from typing_extensions import override
 
 from lit_marl.models.base import ModelConfig
 from lit_marl.errors import ConfigError, check_types
@@ -54,6 +55,7 @@ class Mlp(ModelConfig):
             kwargs["norm_kwargs"] = [{"normalized_shape": c} for c in self.num_cells]
         return kwargs
 
+    @override
     def build_multi_agent(self, n_agent_inputs, n_agent_outputs, n_agents, centralised, share_params, device=None):
         return MultiAgentMLP(
             n_agent_inputs=n_agent_inputs,
@@ -65,5 +67,6 @@ class Mlp(ModelConfig):
             **self._layer_kwargs(),
         )
 
+    @override
     def build_single(self, in_features, out_features, device=None):
         return MLP(in_features=in_features, out_features=out_features, device=device, **self._layer_kwargs())

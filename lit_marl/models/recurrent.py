@@ -31,6 +31,7 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import Unbounded
+from typing_extensions import override
 
 from lit_marl.errors import ConfigError, check_types
 from lit_marl.models.base import ModelConfig, ModelInputs
@@ -113,6 +114,7 @@ class MultiAgentRecurrent(TensorDictModuleBase):
         states = [torch.cat(parts, dim=1) if len(parts) > 1 else parts[0] for parts in zip(*new_states)]
         return out, states
 
+    @override
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         x = self._features(tensordict)
         states = [tensordict.get(key) for key in self.state_keys]
@@ -159,16 +161,19 @@ class _Recurrent(ModelConfig):
         self.hidden_size = _positive_ints("hidden_size", [hidden_size])[0]
         self.n_layers = _positive_ints("n_layers", [n_layers])[0]
 
+    @override
     def build_module(self, inputs: ModelInputs, out_keys, n_agent_outputs, centralised, share_params, head=None,
                      device=None) -> TensorDictModuleBase:
         return MultiAgentRecurrent(self.kind, inputs, list(out_keys), n_agent_outputs, self.hidden_size, self.n_layers,
                                    centralised, share_params, head, device)
 
+    @override
     def build_single(self, in_features, out_features, device=None):
         raise ConfigError(f"critic_model: {type(self).__name__} reads the agents' observations step by step, not "
                           f"the global state; allowed: Mlp for a critic of the state")
 
     @property
+    @override
     def is_recurrent(self) -> bool:
         return True
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
+from typing_extensions import override
 
 from lit_marl.errors import ConfigError, check_types
 from lit_marl.models.base import ModelConfig, ModelInputs
@@ -34,6 +35,7 @@ class Sequence(ModelConfig):
                               f"pair of layers), got {intermediate_sizes!r}")
         self.intermediate_sizes = sizes
 
+    @override
     def build_module(self, inputs: ModelInputs, out_keys, n_agent_outputs, centralised, share_params, head=None,
                      device=None) -> TensorDictModuleBase:
         modules = []
@@ -50,5 +52,6 @@ class Sequence(ModelConfig):
         return TensorDictSequential(*modules)
 
     @property
+    @override
     def is_recurrent(self) -> bool:
         return any(layer.is_recurrent for layer in self.layers)

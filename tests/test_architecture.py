@@ -1,0 +1,91 @@
+"""The layering the design promises (docs/design-notes.md, README "How it fits together"), checked on the source:
+file sizes, which package may import which, and ``@override`` on every overridden method."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import lit_marl
+
+ROOT = Path(lit_marl.__file__).parent
+MAX_LINES = 450
+#: packages whose overriding methods must say so with ``@override``
+OVERRIDE_PACKAGES = ("lit_marl.algorithms", "lit_marl.envs", "lit_marl.models", "lit_marl.data", "lit_marl.callbacks")
+
+
+def _sources() -> list[Path]:
+    return sorted(ROOT.rglob("*.py"))
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, at the top or inside functions (absolute names)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_no_source_file_is_longer_than_the_limit():
+    long = {str(p.relative_to(ROOT)): n for p in _sources() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"files over {MAX_LINES} lines: {long}"
+
+
+@pytest.mark.parametrize("package, forbidden", [
+    ("data", "lit_marl.algorithms"),   # the iterables read a narrow Protocol, not the algorithm classes
+    ("evaluation", "lit_marl.cli"),    # the CLI calls evaluation, never the other way round
+    ("envs", "lit_marl.algorithms"),
+    ("models", "lit_marl.algorithms"),
+    ("callbacks", "lit_marl.algorithms"),
+])
+def test_dependencies_run_one_way(package, forbidden):
+    offenders = {str(p.relative_to(ROOT)): sorted(m for m in _imported_modules(p) if m.startswith(forbidden))
+                 for p in (ROOT / package).rglob("*.py")}
+    assert not {k: v for k, v in offenders.items() if v}, f"{package}/ imports {forbidden}"
+
+
+def _classes(package: str):
+    module = importlib.import_module(package)
+    names = [package] + [info.name for info in pkgutil.walk_packages(module.__path__, package + ".")]
+    for name in names:
+        for _, cls in inspect.getmembers(importlib.import_module(name), inspect.isclass):
+            if cls.__module__ == name:
+                yield cls
+
+
+def _overridden_without_decorator(cls: type) -> list[str]:
+    missing = []
+    for name, value in vars(cls).items():
+        if name.startswith("__") and name.endswith("__"):
+            continue  # dunder methods (``__init__``, ``forward``'s ``__call__``…) are not hooks
+        function = value.fget if isinstance(value, property) else getattr(value, "__func__", value)
+        if not inspect.isfunction(function):
+            continue
+        overrides = any(name in vars(base) for base in cls.__mro__[1:] if base is not object)
+        if overrides and not getattr(function, "__override__", False):
+            missing.append(f"{cls.__module__}.{cls.__qualname__}.{name}")
+    return missing
+
+
+@pytest.mark.parametrize("package", OVERRIDE_PACKAGES)
+def test_every_overridden_method_carries_override(package):
+    missing = [m for cls in _classes(package) for m in _overridden_without_decorator(cls)]
+    assert not missing, f"overridden without @override: {missing}"
+
+
+def test_the_override_check_sees_a_missing_decorator():
+    class Base:
+        def hook(self) -> None: ...
+
+    class Forgets(Base):
+        def hook(self) -> None: ...
+
+    assert _overridden_without_decorator(Forgets) == [f"{__name__}.{Forgets.__qualname__}.hook"]
