@@ -219,7 +219,8 @@ def bare_masac(iterations: int, seed: int) -> dict:
 
 def bare_qmix(iterations: int, seed: int) -> dict:
     torch.manual_seed(seed)
-    env, n, obs_dim, action_spec = _env(seed, continuous=False)
+    env, n, obs_dim, env_action_spec = _env(seed, continuous=False)
+    action_spec = env_action_spec[0]  # the group's spec [n_agents] without the envs' batch dimension
     n_actions = action_spec.space.n
     policy = TensorDictSequential(
         TensorDictModule(MultiAgentMLP(obs_dim, n_actions, n, centralized=False, share_params=True, **MLP),

@@ -84,6 +84,7 @@ class PPO(OnPolicyAlgorithm):
         test_episodes: int = 100,
         test_videos: int = 0,
         sampling_device: str | None = None,
+        compile: bool = False,
         seed: int = 0,
     ) -> None:
         self.n_minibatch_iters = positive_int("n_minibatch_iters", n_minibatch_iters)

@@ -86,6 +86,7 @@ class QLearning(OffPolicyAlgorithm):
         test_episodes: int = 100,
         test_videos: int = 0,
         sampling_device: str | None = None,
+        compile: bool = False,
         seed: int = 0,
     ) -> None:
         self._set_off_policy_args_from(locals())

@@ -82,6 +82,7 @@ class SAC(OffPolicyAlgorithm):
         test_episodes: int = 100,
         test_videos: int = 0,
         sampling_device: str | None = None,
+        compile: bool = False,
         seed: int = 0,
     ) -> None:
         # SAC explores by sampling its policy: the noise-annealing arguments do not apply.

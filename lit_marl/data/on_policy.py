@@ -56,6 +56,7 @@ class OnPolicyData:
         algo.mark_training_start()
         n = batch.shape[0]
         for _ in range(algo.n_minibatch_iters):
-            order = torch.randperm(n, device=batch.device)
+            # one gather per epoch; each minibatch is a view of it (the same minibatches as a gather per step)
+            shuffled = batch[torch.randperm(n, device=batch.device)]
             for start in range(0, n - size + 1, size):
-                yield batch[order[start : start + size]]
+                yield shuffled[start : start + size]
