@@ -49,6 +49,7 @@ from lit_marl.checkpoint import (
     read_checkpoint,
 )
 from lit_marl.data import EvaluationBatches, OnPolicyData, Sampler
+from lit_marl.data.differentiable import DifferentiableSampler
 from lit_marl.data.evaluator import Evaluator, episode_returns
 from lit_marl.distributed import check_shares, check_strategy, reduce_means, world_size_of
 from lit_marl.envs.base import Task
@@ -118,6 +119,10 @@ class MarlAlgorithm(pl.LightningModule, ABC):
             on the GPU, or ``cpu`` for a CPU simulator beside a GPU learner); default: the module's device. The
             training device is the Trainer's (``trainer.accelerator``/``devices``); replay buffers: ``buffer_device``.
         seed: base seed of the training envs (linked to ``seed_everything`` on the command line).
+        collect_with_grad: collect with rollouts that keep the autograd graph through a differentiable simulator
+            (VMAS), as BenchMARL's ``collect_with_grad``: ``on_batch_collected`` hooks get the batch with the graph
+            from the policies' parameters through actions and physics to observations and rewards; training reads a
+            detached copy (see :mod:`lit_marl.data.differentiable`).
     """
 
     #: name written into checkpoints (a checkpoint only loads into the same algorithm); empty on bases
@@ -153,6 +158,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         test_videos: int = 0,
         sampling_device: str | None = None,
         seed: int = 0,
+        collect_with_grad: bool = False,
     ) -> None:
         super().__init__()
         if not self.algorithm_name:
@@ -197,6 +203,10 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         self.share_policy_params = bool(share_policy_params)
         self.sampling_device = _checked_device("sampling_device", sampling_device)
         self.seed = int(seed)
+        self.collect_with_grad = bool(collect_with_grad)
+        if self.collect_with_grad and not self.task.differentiable:
+            raise ConfigError(f"collect_with_grad: true needs a differentiable simulator, and the task {self.task.name} "
+                              f"({type(self.task).__name__}) is not one; allowed: false, or a VmasTask")
         self._check_action_space()
         self._validate_args()
 
@@ -374,7 +384,8 @@ class MarlAlgorithm(pl.LightningModule, ABC):
 
     def _get_sampler(self) -> Sampler:
         if self._sampler is None:
-            self._sampler = Sampler(
+            sampler = DifferentiableSampler if self.collect_with_grad else Sampler
+            self._sampler = sampler(
                 self.task,
                 self.policy_for_collection(),
                 num_envs=self.num_envs // self.world_size,  # this process's share
@@ -409,7 +420,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         self.record("timers/collection_time", time.perf_counter() - start)
         self._record_collection_metrics(batch)
         call_marl_hook(attached_trainer(self), self, "on_batch_collected", batch)
-        return batch
+        return batch.detach() if self.collect_with_grad else batch  # the graph was for the hooks only
 
     def mark_training_start(self) -> None:
         self._timer["training_start"] = time.perf_counter()

@@ -93,6 +93,7 @@ class DDPG(OffPolicyAlgorithm):
         test_videos: int = 0,
         sampling_device: str | None = None,
         seed: int = 0,
+        collect_with_grad: bool = False,
     ) -> None:
         self._set_off_policy_args_from(locals())
         self.share_param_critic = bool(share_param_critic)

@@ -85,6 +85,7 @@ class PPO(OnPolicyAlgorithm):
         test_videos: int = 0,
         sampling_device: str | None = None,
         seed: int = 0,
+        collect_with_grad: bool = False,
     ) -> None:
         self.n_minibatch_iters = positive_int("n_minibatch_iters", n_minibatch_iters)
         self.minibatch_size = positive_int("minibatch_size", minibatch_size)

@@ -83,6 +83,7 @@ class SAC(OffPolicyAlgorithm):
         test_videos: int = 0,
         sampling_device: str | None = None,
         seed: int = 0,
+        collect_with_grad: bool = False,
     ) -> None:
         # SAC explores by sampling its policy: the noise-annealing arguments do not apply.
         self._set_off_policy_args_from(locals(), exploration_eps_init=0.0, exploration_eps_end=0.0,
