@@ -223,10 +223,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
 
         specs = self.task.specs
         self.groups: list[str] = list(specs.group_map)
-        self.policies = nn.ModuleDict({g: self._build_policy(g) for g in self.groups})
-        critics = {g: self._build_critic(g) for g in self.groups}
-        self.critics = nn.ModuleDict({g: c for g, c in critics.items() if c is not None})
-        self.losses = nn.ModuleDict({g: self._build_loss(g) for g in self.groups})
+        self._build_networks()
 
         # Runtime state: plain attributes (not submodules), rebuilt lazily.
         self._sampler: Sampler | None = None
@@ -273,6 +270,14 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         """Subclasses validate their own arguments here (called before any env is built)."""
 
     # ------------------------------------------------------------------ per-group hooks
+    def _build_networks(self) -> None:
+        """``policies``, ``critics`` and ``losses`` of every group from the per-group hooks below (an
+        :class:`~lit_marl.algorithms.Ensemble` takes them from its per-group algorithms instead)."""
+        self.policies = nn.ModuleDict({g: self._build_policy(g) for g in self.groups})
+        critics = {g: self._build_critic(g) for g in self.groups}
+        self.critics = nn.ModuleDict({g: c for g, c in critics.items() if c is not None})
+        self.losses = nn.ModuleDict({g: self._build_loss(g) for g in self.groups})
+
     @abstractmethod
     def _build_policy(self, group: str) -> TensorDictModuleBase:
         """The policy of ``group``: reads ``(group, "observation")``, writes ``(group, "action")``."""
