@@ -146,8 +146,9 @@ class Ensemble(MarlAlgorithm):
     """
 
     algorithm_name: ClassVar[str] = "ensemble"
-    #: what actions and models an ensemble takes is its algorithms' to say (each checks its own group)
-    supports_recurrent: ClassVar[bool] = False
+    #: what actions and models an ensemble takes is its algorithms' to say (each checks its own group), so the
+    #: registry never suggests it by its capability flags
+    per_group_algorithms: ClassVar[bool] = True
 
     def __init__(
         self,
