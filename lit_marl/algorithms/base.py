@@ -30,22 +30,21 @@ from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
 from typing_extensions import override
 
-from lit_marl.algorithms.evaluation import EvaluationLoops
+from lit_marl.algorithms.collection import CollectionLoop
 from lit_marl.algorithms.registry import check_fits
-from lit_marl.callbacks import FrameBudget, MetricsFileRepair, NumericalFaultPolicy, PreemptionCheckpoint, call_marl_hook
+from lit_marl.callbacks import FrameBudget, MetricsFileRepair, NumericalFaultPolicy, PreemptionCheckpoint
 from lit_marl.checkpoint import AtomicCheckpointIO, check_compatible, checked_meta, read_checkpoint, run_meta
 from lit_marl.data import Sampler
-from lit_marl.data.collection import collection_metrics
 from lit_marl.data.evaluator import Evaluator
-from lit_marl.distributed import check_shares, check_strategy, reduce_means, world_size_of
+from lit_marl.distributed import check_shares, check_strategy, reduce_means
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, check_types, device_name, positive_float, positive_int, unit_interval
 from lit_marl.lightning_adapter import attached_trainer, logged_step
 from lit_marl.models import ModelConfig, Mlp
-from lit_marl.utils import instantiate, set_rng_state
+from lit_marl.utils import instantiate
 
 
-class MarlAlgorithm(EvaluationLoops, ABC):
+class MarlAlgorithm(CollectionLoop, ABC):
     """Base of every lit-marl algorithm.
 
     Args:
@@ -73,6 +72,10 @@ class MarlAlgorithm(EvaluationLoops, ABC):
         compile: run each group's loss, forward and backward, through ``torch.compile`` (on CUDA with CUDA graphs,
             ``mode="reduce-overhead"``). Off by default: on CPUs it does not pay at BenchMARL's sizes (see
             ``benchmarks/README.md``); the first steps pay the compilation (tens of seconds).
+        collect_with_grad: collect with rollouts that keep the autograd graph through a differentiable simulator
+            (VMAS), as BenchMARL's ``collect_with_grad``: ``on_batch_collected`` hooks get the batch with the graph
+            from the policies' parameters through actions and physics to observations and rewards; training reads a
+            detached copy (see :mod:`lit_marl.data.differentiable`).
     """
 
     #: name written into checkpoints (a checkpoint only loads into the same algorithm); empty on bases
@@ -109,6 +112,7 @@ class MarlAlgorithm(EvaluationLoops, ABC):
         sampling_device: str | None = None,
         seed: int = 0,
         compile: bool = False,
+        collect_with_grad: bool = False,
     ) -> None:
         super().__init__()
         if not self.algorithm_name:
@@ -136,7 +140,11 @@ class MarlAlgorithm(EvaluationLoops, ABC):
         self.sampling_device = device_name("sampling_device", sampling_device)
         self.seed = int(seed)
         self.compile_losses = bool(compile)  # not ``self.compile``: that is nn.Module's method
-        check_fits(type(self), self.task, self.actor_model, self.critic_model)
+        self.collect_with_grad = bool(collect_with_grad)
+        if self.collect_with_grad and not self.task.differentiable:
+            raise ConfigError(f"collect_with_grad: true needs a differentiable simulator, and the task {self.task.name} "
+                              f"({type(self.task).__name__}) is not one; allowed: false, or a VmasTask")
+        self._check_fits()
         self._validate_args()
 
         self.save_hyperparameters(ignore=["task", "actor_model", "critic_model"])
@@ -152,10 +160,7 @@ class MarlAlgorithm(EvaluationLoops, ABC):
 
         specs = self.task.specs
         self.groups: list[str] = list(specs.group_map)
-        self.policies = nn.ModuleDict({g: self._build_policy(g) for g in self.groups})
-        critics = {g: self._build_critic(g) for g in self.groups}
-        self.critics = nn.ModuleDict({g: c for g, c in critics.items() if c is not None})
-        self.losses = nn.ModuleDict({g: self._build_loss(g) for g in self.groups})
+        self._build_networks()
 
         # Runtime state: plain attributes (not submodules), rebuilt lazily.
         self._sampler: Sampler | None = None
@@ -184,10 +189,22 @@ class MarlAlgorithm(EvaluationLoops, ABC):
         return {name: values[name] for name in names if name != "self" and name in values}
 
     # ------------------------------------------------------------------ checks
+    def _check_fits(self) -> None:
+        """Refuse a task or models this algorithm cannot train (:func:`~lit_marl.algorithms.registry.check_fits`)."""
+        check_fits(type(self), self.task, self.actor_model, self.critic_model)
+
     def _validate_args(self) -> None:
         """Subclasses validate their own arguments here (called before any env is built)."""
 
     # ------------------------------------------------------------------ per-group hooks
+    def _build_networks(self) -> None:
+        """``policies``, ``critics`` and ``losses`` of every group from the per-group hooks below (an
+        :class:`~lit_marl.algorithms.Ensemble` takes them from its per-group algorithms instead)."""
+        self.policies = nn.ModuleDict({g: self._build_policy(g) for g in self.groups})
+        critics = {g: self._build_critic(g) for g in self.groups}
+        self.critics = nn.ModuleDict({g: c for g, c in critics.items() if c is not None})
+        self.losses = nn.ModuleDict({g: self._build_loss(g) for g in self.groups})
+
     @abstractmethod
     def _build_policy(self, group: str) -> TensorDictModuleBase:
         """The policy of ``group``: reads ``(group, "observation")``, writes ``(group, "action")``."""
@@ -258,10 +275,6 @@ class MarlAlgorithm(EvaluationLoops, ABC):
             return self.policies[self.groups[0]]
         return TensorDictSequential(*[self.policies[g] for g in self.groups])
 
-    def policy_for_collection(self) -> TensorDictModuleBase:
-        """The policy stepped in the training envs (off-policy algorithms add exploration here)."""
-        return self.policy
-
     # ------------------------------------------------------------------ Lightning: setup and data
     @override
     def setup(self, stage: str) -> None:
@@ -296,51 +309,6 @@ class MarlAlgorithm(EvaluationLoops, ABC):
         if isinstance(batch, TensorDictBase) and batch.device == device:
             return batch
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
-
-    @property
-    def rank(self) -> int:
-        return self.trainer.global_rank if attached_trainer(self) is not None else 0
-
-    @property
-    def world_size(self) -> int:
-        """Processes sharing the global sizes (``num_envs``, ``frames_per_batch``, minibatches, episodes)."""
-        return world_size_of(attached_trainer(self))
-
-    def _get_sampler(self) -> Sampler:
-        if self._sampler is None:
-            self._sampler = Sampler(
-                self.task,
-                self.policy_for_collection(),
-                num_envs=self.num_envs // self.world_size,  # this process's share
-                frames_per_batch=self.frames_per_batch // self.world_size,
-                seed=self.seed,
-                rank=self.rank,
-                device=self.device,
-                env_device=self.env_device,
-                transforms=self.env_transforms(),
-            )
-        return self._sampler
-
-    # ------------------------------------------------------------------ collection
-    def collect_batch(self) -> TensorDictBase:
-        """Collect one iteration's frames, update counters and collection metrics, call hooks."""
-        if self._restored is not None and "rng" in self._restored:
-            set_rng_state(self._restored.pop("rng"))
-        start = time.perf_counter()
-        self._timer = {"iteration_start": start}
-        batch = self._get_sampler().collect(self.iteration)
-        self.frames += batch.numel() * self.world_size  # every process collects the same share
-        self.record("timers/collection_time", time.perf_counter() - start)
-        for name, value in collection_metrics(self.groups, batch).items():
-            self.record(name, value)
-        call_marl_hook(attached_trainer(self), self, "on_batch_collected", batch)
-        return batch
-
-    def mark_training_start(self) -> None:
-        self._timer["training_start"] = time.perf_counter()
-
-    def on_batch_collected(self, batch: TensorDictBase) -> None:
-        """Hook: called with every collected batch (override in a subclass)."""
 
     # ------------------------------------------------------------------ training
     @override
@@ -442,10 +410,3 @@ class MarlAlgorithm(EvaluationLoops, ABC):
         self.iteration = int(meta["iteration"])
         # RNG state is applied right before the next collection (after the envs are built).
         self._restored = dict(meta)
-
-    @override
-    def teardown(self, stage: str) -> None:
-        if self._sampler is not None:
-            self._sampler.close()
-            self._sampler = None
-        super().teardown(stage)

@@ -94,6 +94,7 @@ class DDPG(OffPolicyAlgorithm):
         sampling_device: str | None = None,
         compile: bool = False,
         seed: int = 0,
+        collect_with_grad: bool = False,
     ) -> None:
         self._set_off_policy_args_from(locals())
         self.share_param_critic = bool(share_param_critic)

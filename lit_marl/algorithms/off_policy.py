@@ -165,6 +165,9 @@ class OffPolicyAlgorithm(MarlAlgorithm):
                     f"max_steps={self.task.max_steps}; no slice could be sampled. Allowed: burn_in + sequence_length "
                     f"<= {self.task.max_steps}"
                 )
+        if self.collect_with_grad and self.init_random_frames:
+            raise ConfigError(f"init_random_frames: {self.init_random_frames} random frames cannot be collected with "
+                              f"collect_with_grad (as in BenchMARL); allowed: 0, or collect_with_grad: false")
         if self.init_random_frames % self.frames_per_batch:
             raise ConfigError(
                 f"init_random_frames: {self.init_random_frames} is not a multiple of frames_per_batch="

@@ -86,6 +86,7 @@ class PPO(OnPolicyAlgorithm):
         sampling_device: str | None = None,
         compile: bool = False,
         seed: int = 0,
+        collect_with_grad: bool = False,
     ) -> None:
         self.n_minibatch_iters = positive_int("n_minibatch_iters", n_minibatch_iters)
         self.minibatch_size = positive_int("minibatch_size", minibatch_size)

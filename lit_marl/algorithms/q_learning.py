@@ -88,6 +88,7 @@ class QLearning(OffPolicyAlgorithm):
         sampling_device: str | None = None,
         compile: bool = False,
         seed: int = 0,
+        collect_with_grad: bool = False,
     ) -> None:
         self._set_off_policy_args_from(locals())
         self.loss_function = one_of("loss_function", loss_function, ("l2", "l1", "smooth_l1"))

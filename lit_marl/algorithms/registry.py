@@ -34,9 +34,11 @@ def algorithm_class(name: str) -> type:
 
 def algorithm_names(**flags: bool) -> list[str]:
     """Class names of the algorithms whose capability flags have the given values, e.g.
-    ``algorithm_names(supports_recurrent=True)``."""
+    ``algorithm_names(supports_recurrent=True)`` (an :class:`~lit_marl.algorithms.Ensemble` is never listed)."""
     return sorted(cls.__name__ for cls in algorithms_by_name().values()
-                  if all(getattr(cls, flag) == value for flag, value in flags.items()))
+                  if all(getattr(cls, flag) == value for flag, value in flags.items())
+                  and not getattr(cls, "per_group_algorithms", False))  # an Ensemble's flags are its groups' to say
+
 
 
 def check_fits(cls: type, task: Any, actor_model: Any, critic_model: Any) -> None:

@@ -84,6 +84,7 @@ class SAC(OffPolicyAlgorithm):
         sampling_device: str | None = None,
         compile: bool = False,
         seed: int = 0,
+        collect_with_grad: bool = False,
     ) -> None:
         # SAC explores by sampling its policy: the noise-annealing arguments do not apply.
         self._set_off_policy_args_from(locals(), exploration_eps_init=0.0, exploration_eps_end=0.0,

@@ -67,6 +67,9 @@ class Task(Configurable, ABC):
     #: ``"env_kwargs"``): what a failure while building the probe env is reported under (``task.<field>``);
     #: ``None`` reports it under ``task`` with all init arguments
     simulator_arguments: str | None = None
+    #: whether the simulator can keep the autograd graph from actions to what it returns (``collect_with_grad``);
+    #: a task that sets it accepts ``grad_enabled=True`` in :meth:`_make_env`
+    differentiable: bool = False
 
     @property
     @abstractmethod
@@ -88,9 +91,15 @@ class Task(Configurable, ABC):
     def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
         """A batched torchrl env with ``num_envs`` parallel episodes and grouped nested keys."""
 
-    def make_env(self, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu") -> EnvBase:
-        """The env wrapped with per-group episode-return tracking (``(group, "episode_reward")``)."""
-        env = self._make_env(num_envs=num_envs, seed=seed, device=device)
+    def make_env(self, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu",
+                 grad_enabled: bool = False) -> EnvBase:
+        """The env wrapped with per-group episode-return tracking (``(group, "episode_reward")``); with
+        ``grad_enabled`` (only where :attr:`differentiable`), one whose steps keep the autograd graph."""
+        if grad_enabled and not self.differentiable:
+            raise ConfigError(f"collect_with_grad: {type(self).__name__} ({self.name}) is not differentiable; "
+                              f"allowed: false, or a differentiable task such as VmasTask")
+        extra = {"grad_enabled": True} if grad_enabled else {}  # other tasks take no such argument
+        env = self._make_env(num_envs=num_envs, seed=seed, device=device, **extra)
         reward_keys, reset_keys = list(env.reward_keys), list(env.reset_keys)
         # each group's return restarts with that group's reset flag where the env has one (PettingZoo),
         # else with the root one (VMAS)

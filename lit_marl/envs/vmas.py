@@ -55,6 +55,8 @@ class VmasTask(Task):
     """
 
     simulator_arguments = "scenario_kwargs"
+    #: VMAS simulates in PyTorch: with ``grad_enabled`` it does not detach actions (``collect_with_grad``)
+    differentiable = True
 
     def __init__(
         self,
@@ -90,7 +92,8 @@ class VmasTask(Task):
         return f"vmas/{self.scenario}"
 
     @override
-    def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
+    def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str,
+                  grad_enabled: bool = False) -> EnvBase:
         with warnings.catch_warnings():
             # a misspelt argument would otherwise train the scenario's default without a word
             warnings.filterwarnings("error", message=_UNUSED_KWARGS, category=UserWarning)
@@ -103,6 +106,7 @@ class VmasTask(Task):
                     seed=seed,
                     device=device,
                     categorical_actions=True,
+                    grad_enabled=grad_enabled,
                     scenario_kwargs=dict(self.scenario_kwargs),
                     group_map=_GROUP_MAP_TYPES.get(self.agent_groups, self.agent_groups)
                     if isinstance(self.agent_groups, str) else self.agent_groups,
