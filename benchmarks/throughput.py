@@ -29,6 +29,7 @@ import csv
 import io
 import json
 import pstats
+import resource
 import statistics
 import sys
 import time
@@ -254,7 +255,7 @@ def lit_marl(algorithm: str, iterations: int, seed: int, workdir: Path, compile:
     pl.seed_everything(seed, verbose=False)
     task = VmasTask("balance", max_steps=100, scenario_kwargs=SCENARIO_KWARGS, continuous_actions=algorithm != "qmix")
     common = dict(frames_per_batch=FRAMES, num_envs=ENVS, lr=LR, adam_eps=EPS, seed=seed,
-                  max_frames=FRAMES * iterations)
+                  max_frames=FRAMES * iterations, compile=compile)
     if algorithm == "mappo":
         model = MAPPO(task, n_minibatch_iters=EPOCHS, minibatch_size=MINIBATCH, **common)
     else:
@@ -290,6 +291,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--algorithms", nargs="+", default=["mappo", "maddpg", "masac", "qmix"], choices=sorted(BARE))
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, all cores)")
+    parser.add_argument("--compile", action="store_true", help="lit-marl with compile: true")
+    parser.add_argument("--sides", nargs="+", default=["bare", "lit_marl"], choices=["bare", "lit_marl"],
+                        help="run one side only (e.g. to read its peak memory, printed at the end)")
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--profile", action="store_true", help="also profile one lit-marl run per algorithm")
@@ -299,17 +303,21 @@ def main() -> None:
     out = Path(__file__).parent / "out"
     out.mkdir(exist_ok=True)
     summary: dict = {"config": {"frames_per_batch": FRAMES, "num_envs": ENVS, "iterations_per_run": args.iterations,
-                                "rounds": args.rounds, "torch_threads": torch.get_num_threads()}}
+                                "rounds": args.rounds, "torch_threads": torch.get_num_threads(),
+                                "compile": args.compile}}
     for algorithm in args.algorithms:
-        runs: dict[str, list[dict[str, float]]] = {"bare": [], "lit_marl": []}
+        runs: dict[str, list[dict[str, float]]] = {side: [] for side in args.sides}
         for r in range(args.rounds):
-            runs["bare"].append(_timed(lambda: BARE[algorithm](args.iterations, r)))
-            runs["lit_marl"].append(_timed(lambda: lit_marl(algorithm, args.iterations, r, out)))
-            print(f"{algorithm} round {r}: bare {runs['bare'][-1]['fps']:.0f} fps, "
-                  f"lit-marl {runs['lit_marl'][-1]['fps']:.0f} fps", file=sys.stderr)
+            if "bare" in runs:
+                runs["bare"].append(_timed(lambda: BARE[algorithm](args.iterations, r)))
+            if "lit_marl" in runs:
+                runs["lit_marl"].append(_timed(lambda: lit_marl(algorithm, args.iterations, r, out, args.compile)))
+            print(f"{algorithm} round {r}: " + ", ".join(f"{side} {rs[-1]['fps']:.0f} fps" for side, rs in runs.items()),
+                  file=sys.stderr)
         result = {name: {key: statistics.median(run[key] for run in rs) for key in rs[0]} for name, rs in runs.items()}
-        result["ratio_fps_lit_over_bare"] = result["lit_marl"]["fps"] / result["bare"]["fps"]
-        result["ratio_steady_fps_lit_over_bare"] = result["lit_marl"]["steady_fps"] / result["bare"]["steady_fps"]
+        if len(runs) == 2:
+            result["ratio_fps_lit_over_bare"] = result["lit_marl"]["fps"] / result["bare"]["fps"]
+            result["ratio_steady_fps_lit_over_bare"] = result["lit_marl"]["steady_fps"] / result["bare"]["steady_fps"]
         summary[algorithm] = result
         if args.profile:
             profiler = cProfile.Profile()
@@ -319,8 +327,9 @@ def main() -> None:
             stream = io.StringIO()
             pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(30)
             (out / f"profile_{algorithm}.txt").write_text(stream.getvalue())
-        name = "throughput.json" if args.threads is None else f"throughput_threads{args.threads}.json"
+        name = f"throughput_threads{args.threads or 'default'}_{'-'.join(args.algorithms)}.json"
         (out / name).write_text(json.dumps(summary, indent=2))
+    summary["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # this process, all runs
     print(json.dumps(summary, indent=2))
 
 

@@ -264,3 +264,31 @@ def test_mlp_resolves_tanh_to_the_fast_kernel_and_keeps_every_other_name():
     assert sum(isinstance(m, torch.nn.ReLU) for m in Mlp([8], activation_class="ReLU").build_single(3, 2).modules()) == 1
     with pytest.raises(ConfigError, match="activation_class: 'Tahn'"):
         Mlp(activation_class="Tahn")
+
+
+@pytest.mark.parametrize("centralised", [False, True])
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_the_lean_shared_mlp_is_torchrls_to_the_bit_also_under_swapped_parameters(centralised, layer_norm):
+    from tensordict import TensorDict as TD
+    from torchrl.modules import MultiAgentMLP
+
+    from lit_marl.models.mlp import LeanMultiAgentMLP
+
+    torch.manual_seed(0)
+    lean = Mlp([32, 32], layer_norm=layer_norm).build_multi_agent(18, 4, 4, centralised, share_params=True)
+    assert isinstance(lean, LeanMultiAgentMLP) and lean._lean_layers() is not None  # the lean path runs
+    reference = MultiAgentMLP(18, 4, 4, centralized=centralised, share_params=True, **Mlp([32, 32], layer_norm=layer_norm)._layer_kwargs())
+    assert list(reference.state_dict()) == list(lean.state_dict())  # checkpoints load either way
+    reference.load_state_dict(lean.state_dict())
+    x = torch.randn(5, 7, 4, 18)
+    out, expected = lean(x), reference(x)
+    assert torch.equal(out, expected)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(lean.parameters(), reference.parameters()))
+    # torchrl losses swap target parameters in with to_module: the lean forward must read them
+    target = TD.from_module(lean).detach().clone().apply(lambda t: t * 0.5 + 0.1)
+    with target.to_module(lean):
+        swapped = lean(x)
+    with target.to_module(reference):
+        assert torch.equal(swapped, reference(x)) and not torch.equal(swapped, out)

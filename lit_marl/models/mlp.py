@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
+import torch.nn.functional as F
 from torch import nn
 from torchrl.modules import MLP, MultiAgentMLP
 from typing_extensions import override
@@ -58,7 +60,7 @@ class Mlp(ModelConfig):
 
     @override
     def build_multi_agent(self, n_agent_inputs, n_agent_outputs, n_agents, centralised, share_params, device=None):
-        return MultiAgentMLP(
+        return LeanMultiAgentMLP(
             n_agent_inputs=n_agent_inputs,
             n_agent_outputs=n_agent_outputs,
             n_agents=n_agents,
@@ -71,3 +73,51 @@ class Mlp(ModelConfig):
     @override
     def build_single(self, in_features, out_features, device=None):
         return MLP(in_features=in_features, out_features=out_features, device=device, **self._layer_kwargs())
+
+
+class LeanMultiAgentMLP(MultiAgentMLP):
+    """torchrl's ``MultiAgentMLP`` (same parameters, same ``state_dict``, same outputs), whose shared-parameter
+    forward calls the layers' functions on the parameters directly.
+
+    torchrl's shared-parameter forward moves the parameters into an empty copy of the network and out again
+    (``TensorDictParams.to_module``) on every call: ~0.2 ms of Python per call, several calls per optimizer step
+    (online and target networks). Reading each parameter at call time keeps torchrl losses' parameter swaps (target
+    networks) working. Agents with their own parameters (``vmap``) keep torchrl's forward.
+    """
+
+    @override
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        layers = self._lean_layers()
+        if not self.share_params or layers is None:
+            return super().forward(*inputs)
+        x = torch.cat(inputs, -1) if len(inputs) > 1 else inputs[0]
+        agent_dim = self.agent_dim if self.agent_dim >= 0 else x.ndim + self.agent_dim
+        x = self._pre_forward_check(x)
+        params = self.params
+        for key, layer in layers:
+            if isinstance(layer, nn.Linear):
+                x = F.linear(x, params.get((key, "weight")), params.get((key, "bias"), None))
+            elif isinstance(layer, nn.LayerNorm):
+                x = F.layer_norm(x, layer.normalized_shape, params.get((key, "weight"), None),
+                                 params.get((key, "bias"), None), layer.eps)
+            else:
+                x = layer(x)
+        if self.centralized:  # one output for the whole group, the same for every agent (as torchrl's)
+            x = x.unsqueeze(agent_dim)
+            x = x.expand(*x.shape[:agent_dim], self.n_agents, *x.shape[agent_dim + 1:])
+        return x
+
+    def _lean_layers(self) -> list[tuple[str, nn.Module]] | None:
+        """The empty network's layers by parameter key, or None where one is not a plain Linear, LayerNorm or
+        parameter-free layer (then torchrl's forward runs)."""
+        if not hasattr(self, "_lean"):
+            layers = []
+            for key, layer in self._empty_net.named_children():
+                plain = isinstance(layer, (nn.Linear, nn.LayerNorm)) or not list(layer.named_parameters()) \
+                    and key not in self.params.keys()
+                if not plain or len(list(layer.children())):
+                    layers = None
+                    break
+                layers.append((key, layer))
+            self._lean = layers
+        return self._lean

@@ -1,0 +1,133 @@
+"""Each speed lever of issue 13 on its own, A/B in one process: milliseconds per optimizer step (and per collection
+step) of lit-marl's own training step with the lever on and off, everything else equal.
+
+    OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/levers.py --algorithm mappo --steps 100 --rounds 5
+
+vmas/balance with BenchMARL's defaults (MLPs 256-256 Tanh; MAPPO minibatches of 400 frames, MADDPG batches of 128).
+One batch is collected, then each variant runs ``--steps`` optimizer steps (``training_step``, backward, per-group
+clipping at 5, Adam) per round; variants alternate within each round; the median over rounds is reported.
+
+Levers: ``tanh`` (lit-marl's Tanh, tanh through sigmoid on CPU, vs ``nn.Tanh``), ``fused_adam`` (fused vs the
+per-tensor loop), ``gather`` (on-policy: slicing one shuffled copy per epoch vs a gather per minibatch), ``compile``
+(each group's loss through torch.compile; its compilation time is reported apart), and collection's policy forward
+with either tanh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lit_marl.algorithms import MADDPG, MAPPO  # noqa: E402
+from lit_marl.envs import VmasTask  # noqa: E402
+from lit_marl.models.activations import Tanh  # noqa: E402
+
+SCENARIO_KWARGS = {"n_agents": 4, "package_mass": 5, "random_package_pos_on_line": True}
+
+
+def _model(algorithm: str):
+    task = VmasTask("balance", max_steps=100, scenario_kwargs=SCENARIO_KWARGS)
+    if algorithm == "mappo":
+        return MAPPO(task, n_minibatch_iters=45, minibatch_size=400, frames_per_batch=6000, num_envs=10)
+    return MADDPG(task, n_optimizer_steps=1000, train_batch_size=128, frames_per_batch=6000, num_envs=10)
+
+
+def _set_tanh(model: nn.Module, fast: bool) -> None:
+    for module in model.modules():
+        if isinstance(module, nn.Tanh):
+            module.__class__ = Tanh if fast else nn.Tanh
+
+
+def _minibatches(model, algorithm: str, gather: bool, count: int):
+    batch = model.collect_batch()
+    if algorithm == "mappo":
+        with torch.no_grad():
+            flat = model.process_batch(batch).select(*model.training_keys(), strict=False).reshape(-1)
+        order = torch.randperm(flat.shape[0])
+        if gather:
+            return lambda i: flat[order[(i % 15) * 400:(i % 15 + 1) * 400]]
+        shuffled = flat[order]
+        return lambda i: shuffled[(i % 15) * 400:(i % 15 + 1) * 400]
+    with torch.no_grad():
+        batch = model.process_batch(batch)
+    for group, buffer in model.replay_buffers().items():
+        buffer.extend(batch.select(*model.group_keys(group), strict=False).reshape(-1))
+    return lambda i: __import__("tensordict").TensorDict(
+        {g: b.sample(128) for g, b in model.replay_buffers().items()}, batch_size=[128])
+
+
+def _time_steps(model, optimizer, next_batch, steps: int) -> float:
+    start = time.perf_counter()
+    for i in range(steps):
+        loss = model.training_step(next_batch(i), i)
+        optimizer.zero_grad()
+        loss.backward()
+        model.configure_gradient_clipping(optimizer, 5.0, "norm")
+        optimizer.step()
+    model._epoch_metrics.clear()
+    return (time.perf_counter() - start) / steps * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algorithm", default="mappo", choices=["mappo", "maddpg"])
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--compile", action="store_true", help="also A/B compile (slow to warm up on CPU)")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    model = _model(args.algorithm)
+    params = [g for g in model.configure_optimizers().param_groups]
+    adam = {fused: torch.optim.Adam([{"params": g["params"], "name": g["name"]} for g in params], lr=5e-5, eps=1e-6,
+                                    fused=fused or None, foreach=False if not fused else None) for fused in (True, False)}
+    batches = {gather: _minibatches(model, args.algorithm, gather, args.steps) for gather in (True, False)}
+    variants = {
+        "all levers": dict(tanh=True, fused=True, gather=False),
+        "nn.Tanh": dict(tanh=False, fused=True, gather=False),
+        "per-tensor Adam": dict(tanh=True, fused=False, gather=False),
+        "none (as before)": dict(tanh=False, fused=False, gather=True),
+    }
+    if args.algorithm == "mappo":
+        variants["gather per minibatch"] = dict(tanh=True, fused=True, gather=True)
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(args.rounds):
+        for name, v in variants.items():
+            _set_tanh(model, v["tanh"])
+            times[name].append(_time_steps(model, adam[v["fused"]], batches[v["gather"]], args.steps))
+    result = {name: statistics.median(t) for name, t in times.items()}
+    if args.compile:
+        _set_tanh(model, True)
+        model.compile_losses = True
+        start = time.perf_counter()
+        _time_steps(model, adam[True], batches[False], 3)
+        result["compile: first 3 steps (s)"] = time.perf_counter() - start
+        result["compile"] = statistics.median(
+            _time_steps(model, adam[True], batches[False], args.steps) for _ in range(args.rounds))
+    # collection's policy forward, [10 envs, 4 agents]
+    policy, data = model.policy_for_collection(), model.collect_batch()[:, 0].clone()
+    for fast in (True, False):
+        _set_tanh(model, fast)
+        with torch.no_grad():
+            start = time.perf_counter()
+            for _ in range(2000):
+                policy(data.clone())
+        result[f"collection policy step, {'lit-marl' if fast else 'nn'} Tanh"] = (time.perf_counter() - start) / 2
+    result = {"algorithm": args.algorithm, "threads": torch.get_num_threads(),
+              "ms_per_step": {k: round(v, 3) for k, v in result.items()}}
+    print(json.dumps(result, indent=2))
+    out = Path(__file__).parent / "out"
+    out.mkdir(exist_ok=True)
+    (out / f"levers_{args.algorithm}.json").write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
