@@ -255,7 +255,7 @@ def lit_marl(algorithm: str, iterations: int, seed: int, workdir: Path, compile:
     pl.seed_everything(seed, verbose=False)
     task = VmasTask("balance", max_steps=100, scenario_kwargs=SCENARIO_KWARGS, continuous_actions=algorithm != "qmix")
     common = dict(frames_per_batch=FRAMES, num_envs=ENVS, lr=LR, adam_eps=EPS, seed=seed,
-                  max_frames=FRAMES * iterations, compile=compile)
+                  max_frames=FRAMES * iterations, **({"compile": True} if compile else {}))
     if algorithm == "mappo":
         model = MAPPO(task, n_minibatch_iters=EPOCHS, minibatch_size=MINIBATCH, **common)
     else:
