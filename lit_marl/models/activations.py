@@ -40,7 +40,8 @@ class _SigmoidTanh(torch.autograd.Function):
 def _sigmoid_tanh(x: torch.Tensor) -> torch.Tensor:
     if torch.is_grad_enabled():  # autograd may save the sigmoid's output: no in-place ops on it
         return torch.sigmoid(x * 2).mul(2).sub(1)
-    return torch.sigmoid(x * 2).mul_(2).sub_(1)
+    y = x * 2  # the one new tensor: every further step in place (fewer allocations, lower peak memory)
+    return y.sigmoid_().mul_(2).sub_(1)
 
 
 class Tanh(nn.Tanh):
