@@ -355,14 +355,12 @@ class Ensemble(MarlAlgorithm):
     def collect_batch(self) -> TensorDictBase:
         self._get_sampler()  # builds the groups' collection policies (and their random-action switches)
         for algorithm in self._off_policy_members():  # what OffPolicyAlgorithm.collect_batch does, per group
-            algorithm._random_switch["policy"].active = self.frames < algorithm.init_random_frames
+            algorithm.prepare_collection(self.frames)
         batch = super().collect_batch()
         for algorithm in self.members:
             algorithm.frames = self.frames
         for algorithm in self._off_policy_members():
-            for exploration in algorithm.explorations.values():
-                if hasattr(exploration, "step"):
-                    exploration.step(batch.numel())
+            algorithm.advance_exploration(batch.numel())
         return batch
 
     @override

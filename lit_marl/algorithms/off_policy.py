@@ -282,12 +282,21 @@ class OffPolicyAlgorithm(MarlAlgorithm):
     @override
     def collect_batch(self) -> TensorDictBase:
         self._get_sampler()  # builds the collection policy (and its random-action switch)
-        self._random_switch["policy"].active = self.frames < self.init_random_frames
+        self.prepare_collection(self.frames)
         batch = super().collect_batch()
+        self.advance_exploration(batch.numel())
+        return batch
+
+    def prepare_collection(self, frames: int) -> None:
+        """Before a collection (its policy built): uniformly random actions while ``frames`` (collected so far) is
+        below ``init_random_frames``."""
+        self._random_switch["policy"].active = frames < self.init_random_frames
+
+    def advance_exploration(self, frames: int) -> None:
+        """After a collection of ``frames`` frames: anneal the exploration modules that anneal (noise, epsilon)."""
         for exploration in self.explorations.values():
             if hasattr(exploration, "step"):
-                exploration.step(batch.numel())
-        return batch
+                exploration.step(frames)
 
     @override
     def on_train_batch_end(self, outputs: Any, batch: TensorDictBase, batch_idx: int) -> None:
