@@ -7,10 +7,10 @@ vmas/balance with BenchMARL's defaults (MLPs 256-256 Tanh; MAPPO minibatches of 
 One batch is collected, then each variant runs ``--steps`` optimizer steps (``training_step``, backward, per-group
 clipping at 5, Adam) per round; variants alternate within each round; the median over rounds is reported.
 
-Levers: ``tanh`` (lit-marl's Tanh, tanh through sigmoid on CPU, vs ``nn.Tanh``), ``lean`` (lit-marl's
-shared-parameter multi-agent MLP forward vs torchrl's), ``fused_adam`` (fused vs the per-tensor loop), ``gather`` (on-policy: slicing one shuffled copy per epoch vs a gather per minibatch), ``compile``
+Levers: ``lean`` (lit-marl's shared-parameter multi-agent MLP forward vs torchrl's), ``fused_adam`` (fused vs the
+per-tensor loop), ``gather`` (on-policy: slicing one shuffled copy per epoch vs a gather per minibatch), ``compile``
 (each group's loss through torch.compile; its compilation time is reported apart), and collection's policy forward
-with either tanh.
+with either MLP. (Tanh through sigmoid, measured here on 2026-12-03, was withdrawn: it changed MADDPG's learning.)
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lit_marl.algorithms import MADDPG, MAPPO  # noqa: E402
 from lit_marl.envs import VmasTask  # noqa: E402
-from lit_marl.models.activations import Tanh  # noqa: E402
 from lit_marl.models.mlp import LeanMultiAgentMLP  # noqa: E402
 from torchrl.modules import MultiAgentMLP  # noqa: E402
 
@@ -41,12 +40,6 @@ def _model(algorithm: str):
     if algorithm == "mappo":
         return MAPPO(task, n_minibatch_iters=45, minibatch_size=400, frames_per_batch=6000, num_envs=10)
     return MADDPG(task, n_optimizer_steps=1000, train_batch_size=128, frames_per_batch=6000, num_envs=10)
-
-
-def _set_tanh(model: nn.Module, fast: bool) -> None:
-    for module in model.modules():
-        if isinstance(module, nn.Tanh):
-            module.__class__ = Tanh if fast else nn.Tanh
 
 
 def _set_lean(model: nn.Module, lean: bool) -> None:
@@ -99,23 +92,20 @@ def main() -> None:
                                     fused=fused or None, foreach=False if not fused else None) for fused in (True, False)}
     batches = {gather: _minibatches(model, args.algorithm, gather, args.steps) for gather in (True, False)}
     variants = {
-        "all levers": dict(tanh=True, fused=True, gather=False, lean=True),
-        "nn.Tanh": dict(tanh=False, fused=True, gather=False, lean=True),
-        "torchrl's MultiAgentMLP forward": dict(tanh=True, fused=True, gather=False, lean=False),
-        "per-tensor Adam": dict(tanh=True, fused=False, gather=False, lean=True),
-        "none (as before)": dict(tanh=False, fused=False, gather=True, lean=False),
+        "all levers": dict(fused=True, gather=False, lean=True),
+        "torchrl's MultiAgentMLP forward": dict(fused=True, gather=False, lean=False),
+        "per-tensor Adam": dict(fused=False, gather=False, lean=True),
+        "none (as before)": dict(fused=False, gather=True, lean=False),
     }
     if args.algorithm == "mappo":
-        variants["gather per minibatch"] = dict(tanh=True, fused=True, gather=True, lean=True)
+        variants["gather per minibatch"] = dict(fused=True, gather=True, lean=True)
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.rounds):
         for name, v in variants.items():
-            _set_tanh(model, v["tanh"])
             _set_lean(model, v["lean"])
             times[name].append(_time_steps(model, adam[v["fused"]], batches[v["gather"]], args.steps))
     result = {name: statistics.median(t) for name, t in times.items()}
     if args.compile:
-        _set_tanh(model, True)
         _set_lean(model, True)
         model.compile_losses = True
         start = time.perf_counter()
@@ -125,14 +115,13 @@ def main() -> None:
             _time_steps(model, adam[True], batches[False], args.steps) for _ in range(args.rounds))
     # collection's policy forward, [10 envs, 4 agents]
     policy, data = model.policy_for_collection(), model.collect_batch()[:, 0].clone()
-    for fast in (True, False):
-        _set_tanh(model, fast)
-        _set_lean(model, fast)
+    for lean in (True, False):
+        _set_lean(model, lean)
         with torch.no_grad():
             start = time.perf_counter()
             for _ in range(2000):
                 policy(data.clone())
-        result[f"collection policy step, {'lit-marl' if fast else 'torchrl'} MLP and Tanh"] = (time.perf_counter() - start) / 2
+        result[f"collection policy step, {'lit-marl' if lean else 'torchrl'} MLP"] = (time.perf_counter() - start) / 2
     result = {"algorithm": args.algorithm, "threads": torch.get_num_threads(),
               "ms_per_step": {k: round(v, 3) for k, v in result.items()}}
     print(json.dumps(result, indent=2))

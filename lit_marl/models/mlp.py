@@ -10,14 +10,13 @@ from torch import nn
 from torchrl.modules import MLP, MultiAgentMLP
 from typing_extensions import override
 
-from lit_marl.models.activations import activation
 from lit_marl.models.base import ModelConfig
 from lit_marl.errors import ConfigError, check_types
 
 
 def _activation(name: str, field: str = "activation_class") -> type[nn.Module]:
-    cls = activation(name)
-    if cls is None:
+    cls = getattr(nn, name, None) if isinstance(name, str) else None
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         allowed = "Tanh, ReLU, ELU, LeakyReLU, GELU, SiLU, Mish, Softplus (any torch.nn module name)"
         raise ConfigError(f"{field}: {name!r} is not a torch.nn module; allowed e.g. {allowed}")
     return cls
