@@ -22,9 +22,6 @@ from lit_marl.data.replay import TRAJECTORY_KEY
 from lit_marl.envs.base import Task
 from lit_marl.utils import derived_seed, isolated_rng
 
-#: the episode number of every step, as torchrl's Collector writes it (off-policy sequence sampling reads it)
-
-
 
 class DifferentiableSampler:
     """What :class:`~lit_marl.data.collection.Sampler` does (same arguments, same seeded resets at episode
