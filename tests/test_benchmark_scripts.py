@@ -24,15 +24,40 @@ def test_the_gpu_script_runs_on_cpu_with_tiny_sizes_and_writes_its_numbers(tmp_p
     assert "compile=off" in done.stdout
 
 
-def test_the_collection_benchmark_times_every_way_of_stepping_vmas(tmp_path):
+def _script(name: str):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("collection_benchmark", ROOT / "benchmarks" / "collection.py")
-    collection = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(collection)
+    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_collection_benchmark_times_every_way_of_stepping_vmas(tmp_path):
+    collection = _script("collection")
     out = tmp_path / "collection.json"
     result = collection.main(["--algorithm", "maddpg", "--num-envs", "2", "--steps", "3", "--rounds", "2",
                               "--out", str(out)])
     assert json.loads(out.read_text()) == result
     assert set(result["seconds"]) == {"collector", "hand_loop", "rollout", "policy", "torchrl_env", "raw_vmas"}
     assert all(len(times) == 2 and min(times) > 0 for times in result["per_round"].values())
+
+
+def test_the_weights_comparison_finds_a_one_ulp_difference_and_a_missing_tensor(tmp_path, capsys):
+    import torch
+
+    weights = _script("weights")
+    a = {"mappo": {"w": torch.ones(3), "b": torch.zeros(2)}}
+    b = {"mappo": {"w": torch.ones(3), "b": torch.zeros(2)}}
+    torch.save(a, tmp_path / "a.pt")
+    torch.save(b, tmp_path / "b.pt")
+    assert weights.main(["--compare", str(tmp_path / "a.pt"), str(tmp_path / "b.pt")]) == 0
+    assert "mappo: 2 tensors in both, 0 differ" in capsys.readouterr().out
+    b["mappo"]["w"][1] = torch.nextafter(torch.tensor(1.0), torch.tensor(2.0))
+    torch.save(b, tmp_path / "b.pt")
+    assert weights.main(["--compare", str(tmp_path / "a.pt"), str(tmp_path / "b.pt")]) == 1
+    assert "1 differ (largest difference 1.19e-07)" in capsys.readouterr().out
+    del b["mappo"]["b"]
+    torch.save(b, tmp_path / "b.pt")
+    assert weights.main(["--compare", str(tmp_path / "a.pt"), str(tmp_path / "b.pt")]) == 1
+    assert "1 in one file only: ['b']" in capsys.readouterr().out
