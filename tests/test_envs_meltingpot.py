@@ -91,12 +91,19 @@ def test_collective_reward_is_every_players_reward_summed():
     task = MeltingPotTask("commons_harvest__open", max_steps=50)  # seven players eat apples: rewards come early
     env = task.make_env(num_envs=1, seed=1)
     torch.manual_seed(0)
-    rollout = env.rollout(50, break_when_any_done=False)
+    rewarded = 0.0
+    # Melting Pot's Lua is not seed-reproducible: random players usually eat an apple within 50 steps, not always
+    for _ in range(5):
+        rollout = env.rollout(50, break_when_any_done=False)
+        collective = collective_reward(task, rollout["next"])
+        players = rollout["next", "agents", "reward"].sum((-2, -1))
+        assert collective.shape == (1, 50)
+        assert torch.equal(collective, players)
+        rewarded = float(players.sum())
+        if rewarded > 0:
+            break
     env.close()
-    collective = collective_reward(task, rollout["next"])
-    players = rollout["next", "agents", "reward"].sum((-2, -1))
-    assert collective.shape == (1, 50) and float(players.sum()) > 0
-    assert torch.equal(collective, players)
+    assert rewarded > 0  # the equality above was checked on an episode with rewards, not only on zeros
 
 
 def test_bad_input_is_refused_by_name_before_a_substrate_is_built(monkeypatch):

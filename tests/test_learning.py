@@ -1,4 +1,7 @@
-"""MAPPO learns: on VMAS balance the mean evaluation return rises by a stated margin in a short budget."""
+"""MAPPO learns: on VMAS balance the mean evaluation return rises by a stated margin in a short budget.
+
+Marked ``learning`` (~40 s a seed on two cores): `pytest -m learning` runs them; CI runs them after the default suite.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ def _mean_return(model: MAPPO, episodes: int = 50) -> float:
     return torch.stack(list(model.episode_returns(rollout).values())).mean().item()
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_mappo_raises_evaluation_return_on_balance(tmp_path, seed):
     pl.seed_everything(seed)

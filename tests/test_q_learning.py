@@ -84,6 +84,7 @@ def test_bad_q_learning_argument_names_field():
         QMIX(tiny_task(continuous_actions=False), **q_kwargs(mixing_embed_dim=0))
 
 
+@pytest.mark.learning  # ~40 s each on two cores: CI runs it after the default suite
 @pytest.mark.parametrize("algorithm", [IQL, VDN, QMIX])
 def test_value_based_algorithms_learn_navigation(algorithm):
     # Measured (seed 0): IQL -2.83 -> 1.43, VDN -2.83 -> 1.51, QMIX -2.83 -> 0.93 after 54k frames (~20 s each).
