@@ -81,5 +81,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path.cwd()))
+    sys.path.insert(0, str(Path.cwd()))  # the lit-marl of the checkout it runs in (an older worktree, say)
     sys.exit(main())

@@ -1,5 +1,5 @@
-"""The benchmark scripts run end to end on CPU with tiny sizes: the prepared device check (benchmarks/gpu.sh) and
-the collection breakdown (benchmarks/collection.py)."""
+"""The benchmark scripts run on CPU with tiny sizes: the prepared device check (benchmarks/gpu.sh), the collection
+breakdown (benchmarks/collection.py) and the weights comparison between versions (benchmarks/weights.py)."""
 
 from __future__ import annotations
 
