@@ -44,17 +44,15 @@ def _ways(algorithm: str, num_envs: int, steps: int) -> dict:
     model = cls(task, frames_per_batch=num_envs * steps, num_envs=num_envs, seed=0)
     sampler = model._get_sampler()
     env, policy = sampler.env, sampler.collector.policy
-    carried: dict = {}
+    carried = env.reset()  # the hand loop continues its episodes across rounds, as the Collector does
 
     def hand_loop():
-        td = carried.pop("hand", None)
-        td = env.reset() if td is None else td
+        nonlocal carried
         steps_out = []
         with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
             for _ in range(steps):
-                out, td = env.step_and_maybe_reset(policy(td))
+                out, carried = env.step_and_maybe_reset(policy(carried))
                 steps_out.append(out)
-        carried["hand"] = td
         return torch.stack(steps_out, dim=len(env.batch_size))
 
     def rollout():  # from a reset (10 envs: ~13 ms)

@@ -11,10 +11,9 @@ git worktree add --detach "$old" "$rev" >/dev/null
 trap 'git worktree remove --force "$old"' EXIT
 for r in $(seq 1 "$rounds"); do
     for tree in "$old" "$PWD"; do
-        fps=$(OMP_NUM_THREADS=1 PYTHONPATH="$tree" python benchmarks/throughput.py --sides lit_marl --threads 1 \
-              --algorithms "$algorithm" --iterations 3 --rounds 1 2>/dev/null \
-              | python -c "import json,sys; t=sys.stdin.read(); t=t[t.rindex('\n{') + 1:] if not t.startswith('{') else t
-print(round(json.loads(t)['$algorithm']['lit_marl']['fps'], 1))")
+        OMP_NUM_THREADS=1 PYTHONPATH="$tree" python benchmarks/throughput.py --sides lit_marl --threads 1 \
+            --algorithms "$algorithm" --iterations 3 --rounds 1 >/dev/null 2>&1
+        fps=$(python -c "import json; print(round(json.load(open('benchmarks/out/throughput_threads1_$algorithm.json'))['$algorithm']['lit_marl']['fps'], 1))")
         echo "$algorithm round $r $([[ $tree == "$old" ]] && echo "$rev" || echo HEAD) $fps fps"
     done
 done
