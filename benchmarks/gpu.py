@@ -75,14 +75,21 @@ def main() -> None:
         for setting in args.compile:
             if args.device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
-            results.append(run(args.device, envs, args.steps, args.epochs, args.minibatch, args.iterations,
-                               setting == "on"))
+            try:
+                results.append(run(args.device, envs, args.steps, args.epochs, args.minibatch, args.iterations,
+                                   setting == "on"))
+            except Exception as err:  # one setting's failure is a result too; the others still run
+                results.append({"device": args.device, "envs": envs, "compile": setting == "on",
+                                "error": f"{type(err).__name__}: {err}"[:2000]})
+                print(f"{envs:>5} envs compile={setting:<3} FAILED: {results[-1]['error'][:300]}", flush=True)
+                continue
             r = results[-1]
             print(f"{envs:>5} envs compile={setting:<3} whole {r['whole_run_fps']:>9.0f} fps  steady "
                   f"{r['steady_fps']:>9.0f} fps  update {100 * r['update_share']:.0f}%", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"torch": torch.__version__, "gpu": torch.cuda.get_device_name()
-                                    if args.device == "cuda" else None, "results": results}, indent=2))
+            # after every setting: a run cut short by a device lease keeps what it measured
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps({"torch": torch.__version__, "gpu": torch.cuda.get_device_name()
+                                            if args.device == "cuda" else None, "results": results}, indent=2))
 
 
 if __name__ == "__main__":

@@ -37,3 +37,23 @@ def test_a_compiled_loss_trains_like_the_eager_one(tmp_path, algorithm, kwargs):
     assert weights[False].keys() == weights[True].keys()
     for key in weights[False]:
         torch.testing.assert_close(weights[True][key], weights[False][key], rtol=1e-4, atol=1e-5, msg=key)
+
+
+def test_a_cuda_graph_loss_starts_a_graph_step_and_clones_its_terms(monkeypatch):
+    """On CUDA a compiled loss replays CUDA graphs, which reuse their output memory: the wrapper must mark a new graph
+    step before each call and hand back copies (the H200 run crashed without it: the iteration's kept loss terms were
+    overwritten by the next replay). Checked on CPU with a stand-in for the compiled loss."""
+    from tensordict import TensorDict
+
+    from lit_marl.algorithms.base import _CudaGraphOutputs
+
+    static = TensorDict({"loss_objective": torch.tensor(1.0, requires_grad=True)}, [])
+    marks = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(len(marks)))
+    loss = _CudaGraphOutputs(lambda batch: static)
+    first = loss(None)
+    static["loss_objective"].data.fill_(2.0)  # what the next replay does to the graph's output memory
+    second = loss(None)
+    assert marks == [0, 1]
+    assert first["loss_objective"].item() == 1.0 and second["loss_objective"].item() == 2.0
+    assert first["loss_objective"].requires_grad  # still differentiable: the clone is part of the graph

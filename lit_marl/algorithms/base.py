@@ -252,8 +252,9 @@ class MarlAlgorithm(CollectionLoop, ABC):
         if not self.compile_losses:
             return self.losses[group]
         if group not in self._compiled_losses:  # kept out of the module tree: the same parameters, no new state
-            mode = "reduce-overhead" if self.device.type == "cuda" else None
-            self._compiled_losses[group] = torch.compile(self.losses[group], mode=mode, dynamic=False)
+            compiled = torch.compile(self.losses[group], mode="reduce-overhead" if self.device.type == "cuda" else None,
+                                     dynamic=False)
+            self._compiled_losses[group] = _CudaGraphOutputs(compiled) if self.device.type == "cuda" else compiled
         return self._compiled_losses[group]
 
     def group_batch(self, batch: TensorDictBase, group: str) -> TensorDictBase:
@@ -410,3 +411,17 @@ class MarlAlgorithm(CollectionLoop, ABC):
         self.iteration = int(meta["iteration"])
         # RNG state is applied right before the next collection (after the envs are built).
         self._restored = dict(meta)
+
+
+class _CudaGraphOutputs:
+    """A loss compiled with CUDA graphs (``reduce-overhead``) whose outputs outlive the next call: CUDA graphs reuse
+    their output memory at every replay, so loss terms kept for the iteration's metrics (or a second group's loss in
+    the same step) would read overwritten memory. Each call starts a new graph step and clones the terms (scalars:
+    the clone is free, and differentiable)."""
+
+    def __init__(self, compiled: Any) -> None:
+        self.compiled = compiled
+
+    def __call__(self, batch: TensorDictBase) -> TensorDictBase:
+        torch.compiler.cudagraph_mark_step_begin()
+        return self.compiled(batch).clone()
