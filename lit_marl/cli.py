@@ -40,7 +40,7 @@ from lit_marl.checkpoint import (
 )
 from lit_marl.distributed import check_shares, check_strategy
 from lit_marl.envs.base import Task
-from lit_marl.errors import ConfigError, NumericalError
+from lit_marl.errors import ConfigError, NumericalError, check_gradient_clipping
 from lit_marl.evaluation import EvaluationReport
 from lit_marl.utils import instantiate
 
@@ -114,6 +114,10 @@ class LitMarlCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         """Check a ``--ckpt_path`` (exists, loads, same algorithm and task) before anything is built."""
         config = self.config[self.subcommand] if self.subcommand else self.config
+        trainer = config.get("trainer") or {}
+        # before the Trainer is built: Lightning would raise on a bad algorithm with a traceback, and train with a
+        # negative value (lit-marl's per-group clipping would flip every gradient)
+        check_gradient_clipping(trainer.get("gradient_clip_val"), trainer.get("gradient_clip_algorithm"))
         _keep_a_run_folder(config)
         ckpt_path = config.get("ckpt_path")
         if ckpt_path is not None and str(ckpt_path) == "last":

@@ -57,6 +57,21 @@ def one_of(field: str, value: Any, allowed: tuple) -> Any:
     return value
 
 
+def check_gradient_clipping(gradient_clip_val: Any, gradient_clip_algorithm: Any,
+                            prefix: str = "trainer.") -> None:
+    """The Trainer's clipping settings as lit-marl's per-group clipping reads them: ``None`` or ``0`` is no clipping
+    (Lightning's meaning); a negative value would flip the sign of every gradient (``clip_grads_with_norm_`` scales by
+    ``max_norm / norm``), so it is refused, as is an algorithm other than ``norm`` or ``value``."""
+    if gradient_clip_val is not None and (not _is_number(gradient_clip_val) or gradient_clip_val < 0):
+        raise ConfigError(f"{prefix}gradient_clip_val: must be a finite number >= 0, got {gradient_clip_val!r} (a "
+                          f"negative value would flip every gradient's sign); allowed: a positive number, or 0 or "
+                          f"null for no clipping")
+    if gradient_clip_algorithm is not None and str(getattr(gradient_clip_algorithm, "value", gradient_clip_algorithm)
+                                                   ).lower() not in ("norm", "value"):
+        raise ConfigError(f"{prefix}gradient_clip_algorithm: {gradient_clip_algorithm!r} is not supported; allowed: "
+                          f"'norm' (each parameter group's gradient norm, BenchMARL's clipping; the default), 'value'")
+
+
 class NumericalError(RuntimeError):
     """Training stopped at a NaN/Inf loss term, gradient or weight; the message names where (group, term,
     iteration). The CLI prints it without a traceback and exits with code 3."""

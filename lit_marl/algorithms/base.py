@@ -38,7 +38,15 @@ from lit_marl.data import Sampler
 from lit_marl.data.evaluator import Evaluator
 from lit_marl.distributed import check_shares, check_strategy, reduce_means
 from lit_marl.envs.base import Task
-from lit_marl.errors import ConfigError, check_types, device_name, positive_float, positive_int, unit_interval
+from lit_marl.errors import (
+    ConfigError,
+    check_gradient_clipping,
+    check_types,
+    device_name,
+    positive_float,
+    positive_int,
+    unit_interval,
+)
 from lit_marl.lightning_adapter import attached_trainer, logged_step
 from lit_marl.models import ModelConfig, Mlp
 from lit_marl.utils import instantiate
@@ -284,6 +292,7 @@ class MarlAlgorithm(CollectionLoop, ABC):
         # Checkpoints written atomically unless the user chose their own CheckpointIO.
         strategy = self.trainer.strategy
         check_strategy(self.trainer)
+        check_gradient_clipping(self.trainer.gradient_clip_val, self.trainer.gradient_clip_algorithm)
         check_shares(self, self.world_size, stage)
         if type(strategy.checkpoint_io) is TorchCheckpointIO:
             strategy.checkpoint_io = AtomicCheckpointIO()
@@ -367,9 +376,10 @@ class MarlAlgorithm(CollectionLoop, ABC):
                         for p in group["params"]:
                             p.grad = None
                     return
-            if gradient_clip_val is not None and gradient_clip_algorithm == "value":
+            # None or 0: no clipping, as in Lightning (negative values are refused in setup)
+            if gradient_clip_val and gradient_clip_algorithm == "value":
                 torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
-            elif gradient_clip_val is not None:
+            elif gradient_clip_val:
                 torch.nn.utils.clip_grads_with_norm_(params, float(gradient_clip_val), norm)
             self.record(f"train/{param_group['name']}/grad_norm", norm)
 
