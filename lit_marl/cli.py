@@ -22,6 +22,7 @@ import importlib
 import os
 import signal
 import sys
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +32,7 @@ from lightning.pytorch.cli import LightningCLI
 from typing_extensions import override
 
 from lit_marl.algorithms.base import MarlAlgorithm
+from lit_marl.callbacks.preemption import Interrupts, signal_label
 from lit_marl.checkpoint import (
     LIGHTNING_CKPT_ALIASES,
     check_compatible,
@@ -256,6 +258,40 @@ def main(args: list[str] | None = None) -> None:
     """Entry point of the ``lit-marl`` console script."""
     # Lightning 2.6 on torch 2.13 warns about its own pytree use at every fit; nothing a user can act on.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+    Interrupts.reset()
+    previous = _count_interrupts()
+    try:
+        _run(args)
+    except BaseException as err:
+        if Interrupts.count and not (isinstance(err, SystemExit) and err.code in (0, None, EXIT_INTERRUPTED)):
+            # Ctrl-C outside training, or a second one: whatever it surfaced as (Lightning's exit 1, an error
+            # from inside torchrl), the user pressed Ctrl-C
+            kept = (f"the last checkpoint, {Interrupts.checkpoint}, is whole; resume with --ckpt_path "
+                    f"{Interrupts.checkpoint}" if Interrupts.checkpoint else "no checkpoint of this run was written")
+            print(f"lit-marl: stopped by Ctrl-C; {kept}", file=sys.stderr)
+            raise SystemExit(EXIT_INTERRUPTED) from None
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _count_interrupts():
+    """Count Ctrl-Cs for :func:`main` (a SIGINT still raises KeyboardInterrupt, as Python's default does; in
+    training :class:`PreemptionCheckpoint` handles it instead); returns the handler to restore, or None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        Interrupts.count += 1
+        raise KeyboardInterrupt
+
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, handler)
+    return previous
+
+
+def _run(args: list[str] | None) -> None:
     argv = sys.argv[1:] if args is None else list(args)
     try:
         if argv and argv[0] in RESULT_COMMANDS:  # not Lightning subcommands: plain argparse
@@ -282,7 +318,7 @@ def main(args: list[str] | None = None) -> None:
         raise SystemExit(EXIT_WRITE) from None
     model = getattr(cli, "model", None)
     if isinstance(model, MarlAlgorithm) and model.stopped_by_signal is not None:
-        name = signal.Signals(model.stopped_by_signal).name
+        name = signal_label(model.stopped_by_signal)
         print(f"lit-marl: stopped by {name} after iteration {model.iteration} (frames {model.frames}); checkpoint "
               f"{model.signal_checkpoint}; resume with --ckpt_path {model.signal_checkpoint}", file=sys.stderr)
         raise SystemExit(128 + model.stopped_by_signal)
@@ -290,8 +326,9 @@ def main(args: list[str] | None = None) -> None:
 
 #: exit codes of ``lit-marl`` (README, "Reliability"): 0 done, 1 unexpected error (a bug: traceback),
 #: 2 bad config or checkpoint (nothing written), 3 NaN/Inf stopped training, 4 a write failed (disk full,
-#: read-only), 128 + signal number when SIGTERM (143) or SIGUSR1 (138) stopped training after a checkpoint
-EXIT_CONFIG, EXIT_NUMERICAL, EXIT_WRITE = 2, 3, 4
+#: read-only), 128 + signal number when SIGTERM (143), SIGUSR1 (138) or Ctrl-C (130) stopped training after a
+#: checkpoint; 130 also for a Ctrl-C outside training or a second one (the checkpoints on disk are whole)
+EXIT_CONFIG, EXIT_NUMERICAL, EXIT_WRITE, EXIT_INTERRUPTED = 2, 3, 4, 128 + signal.SIGINT
 WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
 
 

@@ -61,3 +61,25 @@ def atomic_csv_rewrites(logger: Any) -> None:
     if isinstance(experiment, _ExperimentWriter) and not getattr(experiment, "_lit_marl_atomic", False):
         experiment._rewrite_with_new_header = _atomic_csv_rewrite.__get__(experiment)
         experiment._lit_marl_atomic = True
+
+
+def last_checkpoint_is_current(callback: Any, trainer: pl.Trainer) -> bool:
+    """Whether ``ModelCheckpoint`` already wrote its ``last`` checkpoint at this optimizer step (its private
+    ``_last_global_step_saved`` is the only record of when it last saved)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    return (isinstance(callback, ModelCheckpoint) and bool(callback.last_model_path)
+            and Path(callback.last_model_path).stem.startswith(callback.CHECKPOINT_NAME_LAST)
+            and callback._last_global_step_saved == trainer.global_step and trainer.global_step > 0)
+
+
+def adopt_last_checkpoint(callback: Any, trainer: pl.Trainer, path: Path) -> None:
+    """Make ``path`` (written by lit-marl at the end of training) ``ModelCheckpoint``'s own last checkpoint: its
+    ``on_train_end`` would otherwise write it again, or, finding a file it did not write, a second ``last-v1.ckpt``
+    (it reads the private ``_last_checkpoint_saved`` and ``_last_global_step_saved`` for that)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    if isinstance(callback, ModelCheckpoint):
+        callback.last_model_path = str(path)
+        callback._last_checkpoint_saved = str(path)
+        callback._last_global_step_saved = trainer.global_step

@@ -1,4 +1,5 @@
-"""Pre-emption: SIGTERM / SIGUSR1 finish the current iteration, save ``last.ckpt`` and stop."""
+"""Stopping cleanly: SIGTERM / SIGUSR1 / Ctrl-C finish the current iteration, save ``last.ckpt`` and stop; a
+second Ctrl-C stops at once. ``last.ckpt`` is also brought up to date whenever training ends."""
 
 from __future__ import annotations
 
@@ -11,24 +12,50 @@ from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
-from lit_marl.lightning_adapter import take_pending_sigterm
+from lit_marl.lightning_adapter import adopt_last_checkpoint, last_checkpoint_is_current, take_pending_sigterm
+
+
+class Interrupts:
+    """What Ctrl-C did in this process, for the CLI's last words (signals are per process, so is this)."""
+
+    #: SIGINTs received while a lit-marl command ran
+    count: int = 0
+    #: the newest checkpoint written, which a second Ctrl-C leaves whole
+    checkpoint: str | None = None
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.count, cls.checkpoint = 0, None
+
+
+def signal_label(signum: int) -> str:
+    return "SIGINT (Ctrl-C)" if signum == signal.SIGINT else signal.Signals(signum).name
 
 
 class PreemptionCheckpoint(Checkpoint):
-    """SIGTERM and SIGUSR1 (what SLURM and most schedulers send before a kill) finish the current iteration, save
-    ``last.ckpt`` (in ``ModelCheckpoint``'s folder) and stop; the module's ``stopped_by_signal`` and
-    ``signal_checkpoint`` say so afterwards (``lit-marl fit`` exits 128 + the signal's number).
+    """SIGTERM and SIGUSR1 (what SLURM and most schedulers send before a kill) and the first Ctrl-C (SIGINT) finish
+    the current iteration (collection, updates, a due evaluation), save ``last.ckpt`` (in ``ModelCheckpoint``'s
+    folder) and stop; the module's ``stopped_by_signal`` and ``signal_checkpoint`` say so afterwards (``lit-marl
+    fit`` exits 128 + the signal's number: 130 for Ctrl-C). A second Ctrl-C raises ``KeyboardInterrupt`` at once:
+    every checkpoint already on disk is whole (they are written to a temporary file and renamed).
 
-    Replaces Lightning's own SIGTERM handler, which outside SLURM stops at the next minibatch without saving;
-    Lightning restores the previous handlers when ``fit`` ends. A :class:`Checkpoint` subclass, so its epoch-end hook
-    runs after the module's (the iteration's counters are final) and with the other checkpoint callbacks.
+    Nothing interrupts torchrl or tensordict half-way: the first signal only sets a flag that the end of the
+    iteration reads. Replaces Lightning's own SIGTERM handler, which outside SLURM stops at the next minibatch
+    without saving; Lightning restores the SIGTERM/SIGUSR1 handlers when ``fit`` ends, this callback the SIGINT one.
+
+    Whenever training ends (frame budget, ``max_epochs``, a signal), ``last.ckpt`` holds the last iteration:
+    ``ModelCheckpoint`` alone writes it only with its periodic checkpoints, so a run ending between two of them would
+    leave an older ``last.ckpt``, and one stopped by a signal before the first a second one, ``last-v1.ckpt``.
+    A :class:`Checkpoint` subclass, so its epoch-end hook runs after the module's (the iteration's counters are
+    final) and after ``ModelCheckpoint``'s.
     """
 
     #: signals that make ``fit`` save a checkpoint at the end of the current iteration and stop
-    STOP_SIGNALS: tuple[int, ...] = (signal.SIGTERM, signal.SIGUSR1)
+    STOP_SIGNALS: tuple[int, ...] = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self._previous_sigint = None
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -40,11 +67,19 @@ class PreemptionCheckpoint(Checkpoint):
             self.received = signal.SIGTERM
 
         def handler(signum, frame):
+            if signum == signal.SIGINT:
+                Interrupts.count += 1
+                callback = trainer.checkpoint_callback
+                Interrupts.checkpoint = getattr(callback, "last_model_path", None) or Interrupts.checkpoint
+                if self.received is not None:  # a second Ctrl-C (or one after SIGTERM): stop now
+                    raise KeyboardInterrupt
             if self.received is None:
                 self.received = signum
-                rank_zero_info(f"lit-marl: received {signal.Signals(signum).name}; saving a checkpoint at the end "
-                               f"of iteration {pl_module.iteration + 1}, then stopping")
+                again = "; press Ctrl-C again to stop at once" if signum == signal.SIGINT else ""
+                rank_zero_info(f"\nlit-marl: received {signal_label(signum)}; finishing iteration "
+                               f"{pl_module.iteration + 1}, saving last.ckpt, then stopping{again}")
 
+        self._previous_sigint = signal.getsignal(signal.SIGINT)
         for signum in self.STOP_SIGNALS:
             signal.signal(signum, handler)
 
@@ -52,14 +87,37 @@ class PreemptionCheckpoint(Checkpoint):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.strategy.reduce_boolean_decision(self.received is not None, all=False):  # on any process
             return
-        callback = trainer.checkpoint_callback
-        if callback is not None and callback.dirpath:
-            path = Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}{callback.FILE_EXTENSION}"
-        else:
-            path = Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints" / "last.ckpt"
-        trainer.save_checkpoint(path)
+        path = self._save_last(trainer)
         pl_module.stopped_by_signal = self.received or signal.SIGTERM
         pl_module.signal_checkpoint = str(path)
         trainer.should_stop = True
-        rank_zero_info(f"lit-marl: stopped by {signal.Signals(pl_module.stopped_by_signal).name} after iteration "
+        rank_zero_info(f"lit-marl: stopped by {signal_label(pl_module.stopped_by_signal)} after iteration "
                        f"{pl_module.iteration} (frames {pl_module.frames}); resume with --ckpt_path {path}")
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        callback = trainer.checkpoint_callback
+        if callback is not None and getattr(callback, "save_last", False) and pl_module.stopped_by_signal is None:
+            self._save_last(trainer)
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._previous_sigint is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self._previous_sigint)
+        self._previous_sigint = None
+
+    @staticmethod
+    def _save_last(trainer: pl.Trainer) -> Path:
+        """Write ``last.ckpt`` unless ``ModelCheckpoint`` wrote it at this step, and make it that callback's own last
+        checkpoint (so it neither writes it again nor versions a second one beside it)."""
+        callback = trainer.checkpoint_callback
+        if callback is not None and getattr(callback, "dirpath", None):
+            path = Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}{callback.FILE_EXTENSION}"
+        else:
+            path = Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints" / "last.ckpt"
+        if last_checkpoint_is_current(callback, trainer):
+            return Path(callback.last_model_path)
+        trainer.save_checkpoint(path)
+        adopt_last_checkpoint(callback, trainer, path)
+        Interrupts.checkpoint = str(path)
+        return path

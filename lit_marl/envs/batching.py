@@ -8,6 +8,8 @@ Algorithms see the same ``[num_envs]`` batch either way.
 
 from __future__ import annotations
 
+import multiprocessing
+import signal
 from collections.abc import Callable
 
 import torch
@@ -47,6 +49,10 @@ class _SerialEnvs:
         self.n = n
 
     def __call__(self) -> EnvBase:
+        if multiprocessing.parent_process() is not None:
+            # a worker: Ctrl-C in a terminal reaches every process of the group, and a worker that died of it would
+            # leave the main process unable to finish the iteration it saves (the main process stops the workers)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         return SerialEnv(self.n, self.make_one)
 
 

@@ -41,9 +41,11 @@ def _config(tmp_path: Path) -> Path:
     return path
 
 
-def _spawn(args: list[str], cwd: Path, log: Path) -> subprocess.Popen:
+def _spawn(args: list[str], cwd: Path, log: Path, module: str = "lit_marl.cli") -> subprocess.Popen:
+    """``python -m lit_marl.cli`` (or ``-m lit_marl``, the console script's entry, which also quiets a Ctrl-C during
+    its imports)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    return subprocess.Popen([sys.executable, "-m", "lit_marl.cli", *args], cwd=cwd, env=env,
+    return subprocess.Popen([sys.executable, "-m", module, *args], cwd=cwd, env=env,
                             stdout=open(log, "w"), stderr=subprocess.STDOUT)
 
 
@@ -103,7 +105,10 @@ def _latest_checkpoint(root: Path) -> tuple[Path | None, int]:
 
 
 @pytest.mark.slow
-def test_kill_anywhere_and_resume_loses_nothing(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "Ctrl-C"])
+def test_kill_anywhere_and_resume_loses_nothing(tmp_path, signum):
+    """SIGKILL: the run dies at once. Ctrl-C (SIGINT): the run finishes its iteration, saves ``last.ckpt`` and exits
+    130 without a traceback (at start-up, before any iteration: at once, with nothing to save)."""
     rng = random.Random(SEED)
     config = _config(tmp_path)
     records, resumed_from = [], 0
@@ -116,7 +121,7 @@ def test_kill_anywhere_and_resume_loses_nothing(tmp_path):
         before = {run: (run / "metrics.csv").read_bytes() for run in _version_dirs(tmp_path)
                   if (run / "metrics.csv").is_file()}
         args = ["fit", "--config", str(config), *QUIET, *(["--ckpt_path", str(ckpt)] if ckpt else [])]
-        process = _spawn(args, tmp_path, tmp_path / f"fit_{k}.log")
+        process = _spawn(args, tmp_path, tmp_path / f"fit_{k}.log", module="lit_marl")
         start = time.monotonic()
         if k % 2:  # at any moment of the run, start-up included
             delay = rng.uniform(0.5, 6.0)
@@ -131,8 +136,16 @@ def test_kill_anywhere_and_resume_loses_nothing(tmp_path):
         if process.poll() is not None:
             pytest.fail(f"run {k} ended before its kill (exit {process.returncode}): "
                         f"{(tmp_path / f'fit_{k}.log').read_text()[-2000:]}")
-        process.send_signal(signal.SIGKILL)
-        process.wait()
+        process.send_signal(signum)
+        code = process.wait(timeout=120)
+        if signum == signal.SIGINT:
+            log = (tmp_path / f"fit_{k}.log").read_text()
+            assert code == 130 and "Traceback" not in log and "stopped by" in log, (code, log[-3000:])
+            runs_now = [r for r in _version_dirs(tmp_path) if str(r) not in map(str, before)]
+            done = [f for r in runs_now for f in _train_frames(r)]
+            if done:  # nothing finished is lost: last.ckpt holds the last logged iteration
+                last, frames_saved = _latest_checkpoint(tmp_path)
+                assert frames_saved == max(done), (frames_saved, done)
         temp_files = [p.name for p in tmp_path.glob("runs/*/version_*/checkpoints/.*.tmp-*")]
         records.append({"kill": k, "resumed_from_frames": frames, "seconds_after_start": round(time.monotonic() - start, 2),
                         "checkpoint_temp_files_left": temp_files})
@@ -216,3 +229,25 @@ def test_kill_between_checkpoint_and_training_row_loses_no_row(tmp_path):
     assert float(recovered["train/agents/loss_objective"]) == pytest.approx(
         original["metrics"]["train/agents/loss_objective"])
     assert int(recovered["step"]) == original["step"] == 3
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_stops_at_once_and_leaves_the_checkpoints_whole(tmp_path):
+    config = _config(tmp_path)
+    process = _spawn(["fit", "--config", str(config), *QUIET], tmp_path, tmp_path / "fit.log", module="lit_marl")
+    while process.poll() is None and not any(_train_frames(r) for r in _version_dirs(tmp_path)):
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    code = process.wait(timeout=60)
+    log = (tmp_path / "fit.log").read_text()
+    assert code == 130 and "Traceback" not in log, (code, log[-3000:])
+    assert "lit-marl: stopped by" in log
+    _checkpoints_are_whole(tmp_path)
+    ckpt, frames = _latest_checkpoint(tmp_path)
+    assert ckpt is not None and frames >= FRAMES_PER_ITERATION  # a checkpoint every iteration in this config
+    resumed = _spawn(["fit", "--config", str(config), *QUIET, "--ckpt_path", str(ckpt), "--model.init_args.max_frames",
+                      str(frames + FRAMES_PER_ITERATION)], tmp_path, tmp_path / "resume.log")
+    assert resumed.wait(timeout=120) == 0, (tmp_path / "resume.log").read_text()[-3000:]
+    assert _train_frames(_version_dirs(tmp_path)[-1]) == [float(frames + FRAMES_PER_ITERATION)]

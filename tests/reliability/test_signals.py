@@ -1,5 +1,6 @@
-"""SIGTERM / SIGUSR1 (what SLURM sends before pre-empting a job) finish the current iteration, save
-``last.ckpt`` and stop; resuming from it continues as if nothing happened."""
+"""SIGTERM / SIGUSR1 (what SLURM sends before pre-empting a job) and Ctrl-C (SIGINT) finish the current iteration,
+save ``last.ckpt`` and stop; resuming from it continues as if nothing happened. A second Ctrl-C stops at once and
+leaves every checkpoint whole. ``last.ckpt`` holds the last iteration whenever training ends."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import yaml
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from lit_marl.algorithms import MAPPO
+from lit_marl.callbacks import MarlCallback
 from tests.conftest import ROOT, tiny_kwargs, tiny_task, tiny_trainer
 from tests.reliability.helpers import QUIET, rows, run_dirs, tiny_config
 
@@ -42,13 +44,14 @@ def _fit(root: Path, max_epochs: int, callbacks=(), ckpt_path=None):
     return model, trainer
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1, signal.SIGINT])
 def test_signal_saves_at_the_end_of_the_iteration_and_resume_continues_exactly(tmp_path, signum):
     previous = signal.getsignal(signum)
     stopped, _ = _fit(tmp_path / "stopped", max_epochs=4, callbacks=[SignalAt(signum, iteration=2)])
     assert stopped.stopped_by_signal == signum and stopped.iteration == 2  # the iteration was finished
-    assert signal.getsignal(signum) == previous  # Lightning put the handlers back
+    assert signal.getsignal(signum) == previous  # the handlers are put back (Lightning's, and lit-marl's SIGINT)
     last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
+    assert sorted(p.name for p in last.parent.iterdir()) == ["last.ckpt"]  # no stray last-v1.ckpt
     assert stopped.signal_checkpoint == str(last)
     meta = torch.load(last, weights_only=True)["lit_marl"]
     assert (meta["iteration"], meta["frames"]) == (2, 80)
@@ -60,6 +63,68 @@ def test_signal_saves_at_the_end_of_the_iteration_and_resume_continues_exactly(t
     assert resumed_trainer.global_step == straight_trainer.global_step == 16
     for key, value in straight.state_dict().items():
         assert torch.equal(value, resumed.state_dict()[key]), key
+
+
+class CtrlCDuring(MarlCallback):
+    """Presses Ctrl-C (SIGINT to this process) in one phase of iteration 2: collection (right after the batch is
+    collected, before its update), update (a minibatch step), evaluation, or while a periodic checkpoint is written."""
+
+    def __init__(self, phase: str):
+        self.phase, self.sent = phase, False
+
+    def _press(self, pl_module, phase: str, finished: int = 1) -> None:
+        if phase == self.phase and pl_module.iteration == finished and not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def on_batch_collected(self, trainer, pl_module, batch):
+        self._press(pl_module, "collection")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self._press(pl_module, "update")
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        self._press(pl_module, "evaluation")
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        self._press(pl_module, "checkpoint", finished=2)  # the iteration's counters are final when it is saved
+
+
+@pytest.mark.parametrize("phase", ["collection", "update", "evaluation", "checkpoint"])
+def test_ctrl_c_anywhere_in_an_iteration_finishes_it_saves_and_resumes_exactly(tmp_path, phase):
+    pl.seed_everything(0)
+    model = MAPPO(tiny_task(), **tiny_kwargs())
+    # a periodic checkpoint every 2 iterations (the "checkpoint" phase presses Ctrl-C during iteration 2's)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "stopped" / "checkpoints", save_last=True, every_n_epochs=2,
+                                 save_on_train_epoch_end=True)
+    press = CtrlCDuring(phase)
+    trainer = tiny_trainer(tmp_path / "stopped", max_epochs=4, callbacks=[checkpoint, press],
+                           check_val_every_n_epoch=1)
+    trainer.fit(model)
+    assert press.sent and model.stopped_by_signal == signal.SIGINT and model.iteration == 2
+    last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["lit_marl"]["iteration"] == 2
+    assert not list(last.parent.glob("last-v*.ckpt"))
+    resumed, _ = _fit(tmp_path / "resumed", max_epochs=4, ckpt_path=last)
+    straight, _ = _fit(tmp_path / "straight", max_epochs=4)
+    assert (resumed.iteration, resumed.frames) == (straight.iteration, straight.frames) == (4, 160)
+    for key, value in straight.state_dict().items():
+        assert torch.equal(value, resumed.state_dict()[key]), key
+
+
+def test_last_ckpt_holds_the_last_iteration_when_training_ends_between_periodic_checkpoints(tmp_path):
+    """ModelCheckpoint alone writes last.ckpt only with its periodic checkpoints: ending at iteration 3 with one
+    every 2 left iteration 2's."""
+    pl.seed_everything(0)
+    model = MAPPO(tiny_task(), **tiny_kwargs(max_frames=120))
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "checkpoints", save_last=True, every_n_epochs=2,
+                                 save_on_train_epoch_end=True)
+    tiny_trainer(tmp_path, max_epochs=-1, callbacks=[checkpoint]).fit(model)
+    assert model.frames == 120
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert len(names) == 2 and "last.ckpt" in names
+    meta = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["lit_marl"]
+    assert (meta["iteration"], meta["frames"]) == (3, 120)
 
 
 def _spawn(args: list[str], cwd: Path, log: Path) -> subprocess.Popen:
@@ -79,7 +144,7 @@ def _wait_for_rows(run_root: Path, n: int, process: subprocess.Popen, timeout: f
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1, signal.SIGINT])
 def test_cli_saves_exits_128_plus_signal_and_resumes(tmp_path, signum):
     config = yaml.safe_load(tiny_config(tmp_path / "tiny.yaml").read_text())
     config["model"]["init_args"]["max_frames"] = 40_000  # far more than the test lets it run
@@ -93,6 +158,7 @@ def test_cli_saves_exits_128_plus_signal_and_resumes(tmp_path, signum):
     assert code == 128 + signum, log[-3000:]
     assert f"stopped by {signal.Signals(signum).name}" in log and "Traceback" not in log
     last = run / "checkpoints" / "last.ckpt"
+    assert sorted(p.name for p in last.parent.iterdir()) == ["last.ckpt"]  # no stray last-v1.ckpt
     meta = torch.load(last, weights_only=True)["lit_marl"]
     frames = {float(r["counters/frames"]) for r in rows(run) if r.get("counters/frames")}
     assert meta["frames"] == max(frames)  # the checkpoint holds the last logged iteration
