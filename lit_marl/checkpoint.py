@@ -15,6 +15,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lit_marl import __version__
 from lit_marl.atomic import atomic_target
 from lit_marl.errors import CheckpointError, ConfigError
+from lit_marl.reading import looks_like_json
 from lit_marl.utils import rng_state
 
 #: version of the ``checkpoint["lit_marl"]`` layout
@@ -67,7 +68,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def load_checkpoint(self, path, map_location=lambda storage, loc: storage, weights_only=None) -> dict[str, Any]:
         if not Path(path).is_file():
-            raise CheckpointError(f"ckpt_path: {str(path)!r} does not exist (or is not a file)")
+            raise CheckpointError(_missing(path))
         try:
             checkpoint = super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
         except _LOAD_ERRORS as err:
@@ -102,9 +103,32 @@ def _sidecars(path: Path) -> list[Path]:
 _LOAD_ERRORS = (Exception,)
 
 
+#: what ``--ckpt_path`` takes
+CHECKPOINT_ALLOWED = "a checkpoint written by lit-marl fit (runs/<run>/checkpoints/*.ckpt)"
+
+
+def _missing(path) -> str:
+    return f"ckpt_path: {str(path)!r} does not exist (or is not a file); allowed: {CHECKPOINT_ALLOWED}"
+
+
+def _head(path) -> bytes:
+    """A file's first bytes, to say what was given instead of a checkpoint."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4096)
+    except OSError:
+        return b"?"
+
+
 def _unreadable(path, err: BaseException, sidecar: Path | None = None) -> str:
     reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
     what = f"the replay buffers of {str(path)!r} ({sidecar.name})" if sidecar else repr(str(path))
+    head = _head(path) if sidecar is None else b"PK"  # a sidecar was checked to be a zip archive
+    if not head.strip():
+        return f"ckpt_path: {what} is empty (truncated or corrupt); allowed: {CHECKPOINT_ALLOWED}"
+    if looks_like_json(head):  # e.g. an eval_info.json or marl_eval.json given where a checkpoint belongs
+        return (f"ckpt_path: {what} is JSON text, not a checkpoint; allowed: {CHECKPOINT_ALLOWED}; JSON results go "
+                f"to lit-marl compare and lit-marl report")
     return (f"ckpt_path: {what} is not a readable checkpoint (truncated or corrupt?): {type(err).__name__}: {reason}; "
             f"allowed: a complete file written by lit-marl (loadable with torch.load(weights_only=True))")
 
@@ -131,7 +155,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     checked to exist and be complete); raise :class:`CheckpointError` if it is unusable."""
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"ckpt_path: {str(path)!r} does not exist (or is not a file)")
+        raise CheckpointError(_missing(path))
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except _LOAD_ERRORS as err:

@@ -16,7 +16,6 @@ episode by episode.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ from lit_marl.evaluation.episodes import episode_records
 from lit_marl.evaluation.io import new_folder, provenance, write_json
 from lit_marl.evaluation.statistics import CONFIDENCE, N_RESAMPLES, paired_difference, scipy_stats, summarize
 from lit_marl.evaluation.video import VideoWriter, require_encoder, require_renderer
+from lit_marl.reading import json_kind, read_json
 
 EVAL_INFO = "eval_info.json"
 
@@ -351,14 +351,33 @@ def evaluate_checkpoint(ckpt_path: str | os.PathLike, episodes: int | None = Non
     return result
 
 
+#: what ``lit-marl compare`` reads
+EVAL_INFO_ALLOWED = f"an {EVAL_INFO} written by lit-marl test (or the folder holding one)"
+
+
+def eval_info_shape(data: Any) -> str | None:
+    """What :func:`compare` needs of an ``eval_info`` that ``data`` lacks (None: nothing)."""
+    if not isinstance(data, dict):
+        return f"{json_kind(data)} where an object belongs"
+    missing = [key for key in ("task", "per_episode", "provenance") if key not in data]
+    if missing:
+        return f"no {', '.join(map(repr, missing))}"
+    records = data["per_episode"]
+    if not isinstance(records, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("seed"), int) and isinstance(r.get("env_index"), int)
+            and isinstance(r.get("return"), (int, float)) for r in records):
+        return "'per_episode' is not a list of episodes with an integer 'seed' and 'env_index' and a number 'return'"
+    if not isinstance(data["provenance"], dict):
+        return f"'provenance' is {json_kind(data['provenance'])}, not an object"
+    return None
+
+
 def read_eval_info(path: str | os.PathLike) -> dict[str, Any]:
-    """An ``eval_info.json`` (or the folder holding one)."""
+    """An ``eval_info.json`` (or the folder holding one), refused by name if it is not one."""
     path = Path(path)
     if path.is_dir():
         path = path / EVAL_INFO
-    if not path.is_file():
-        raise ConfigError(f"eval_info: {str(path)!r} does not exist")
-    return json.loads(path.read_text())
+    return read_json(path, "compare: eval_info", EVAL_INFO_ALLOWED, eval_info_shape)
 
 
 def compare(a: dict[str, Any] | str | os.PathLike, b: dict[str, Any] | str | os.PathLike,
@@ -384,8 +403,8 @@ def compare(a: dict[str, Any] | str | os.PathLike, b: dict[str, Any] | str | os.
     keys = sorted(a_eps)
     result = paired_difference([a_eps[k]["return"] for k in keys], [b_eps[k]["return"] for k in keys],
                                confidence, n_resamples)
-    result["a_checkpoint"] = a["provenance"]["checkpoint"]
-    result["b_checkpoint"] = b["provenance"]["checkpoint"]
+    result["a_checkpoint"] = a["provenance"].get("checkpoint")
+    result["b_checkpoint"] = b["provenance"].get("checkpoint")
     return result
 
 

@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from lit_marl.errors import ConfigError
+from lit_marl.reading import read_json
 
 #: the conventions named on the command line (anything else is a reference file)
 NAMES = ("marl-eval", "run-scores")
@@ -146,11 +147,12 @@ def _marl_eval(runs: Mapping[str, Any], tasks: list[str]) -> Normalisation:
 
 
 # ----------------------------------------------------------------------------------------- reference
+REFERENCE_ALLOWED = ('marl-eval, run-scores, a JSON file {"<env>/<task>": {"min": <number>, "max": <number>}, ...} '
+                     'or a marl-eval JSON file {env: {task: {algorithm: {run: {step: {"return": [...]}}}}}}')
+
+
 def _refuse(path: Path, what: str) -> ConfigError:
-    return ConfigError(
-        f"report: --normalisation {str(path)!r}: {what}; allowed: marl-eval, run-scores, a JSON file "
-        f'{{"<env>/<task>": {{"min": <number>, "max": <number>}}, ...}} or a marl-eval JSON file '
-        f'{{env: {{task: {{algorithm: {{run: {{step: {{"return": [...]}}}}}}}}}}}}')
+    return ConfigError(f"report: --normalisation {str(path)!r}: {what}; allowed: {REFERENCE_ALLOWED}")
 
 
 def _number(value: Any) -> bool:
@@ -161,17 +163,14 @@ def load_reference(path: str | Path) -> dict[str, tuple[float, float]]:
     """``{"<env>/<task>" (lower case): (min, max)}`` from a reference file (see the module docstring), or from
     the JSON text itself when ``path`` is a string that starts with ``{``."""
     if isinstance(path, str) and path.lstrip().startswith("{"):
-        text, path = path, Path(path)
+        try:
+            data = json.loads(path)
+        except json.JSONDecodeError as err:
+            raise _refuse(Path(path), f"is not JSON ({err})") from None
+        path = Path(path)
     else:
         path = Path(path)
-        try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as err:
-            raise _refuse(path, f"cannot be read ({err})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise _refuse(path, f"is not JSON ({err})") from None
+        data = read_json(path, "report: --normalisation", REFERENCE_ALLOWED)
     if not isinstance(data, dict) or not data:
         raise _refuse(path, "is not a non-empty JSON object")
     if all("/" in key for key in data):

@@ -16,7 +16,6 @@ seeds: a report over mismatched runs is refused, naming what is missing.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,8 @@ from lit_marl.errors import ConfigError
 from lit_marl.evaluation import normalisation as norm_
 from lit_marl.evaluation import statistics as st
 from lit_marl.evaluation.io import write_atomic, write_json
-from lit_marl.evaluation.marl_eval import FILE_NAME
+from lit_marl.evaluation.marl_eval import ALLOWED, FILE_NAME, marl_eval_shape
+from lit_marl.reading import json_kind, read_json, read_text, read_yaml, refused
 
 #: run index: {task ("env/task"): {algorithm: {seed: run entry of the marl-eval JSON}}}
 Runs = dict[str, dict[str, dict[int, dict[str, Any]]]]
@@ -52,13 +52,13 @@ def load_runs(paths: list[str | os.PathLike]) -> Runs:
                         p in covered for p in (folder.resolve(), *folder.resolve().parents)):
                     run_folders.append(folder)
         else:
-            raise ConfigError(f"report: {str(path)!r} does not exist")
+            raise refused("report:", path, "missing (no such file or folder)", ALLOWED)
     if not files and not run_folders:
         raise ConfigError(f"report: no {FILE_NAME} and no run folder under {', '.join(map(str, paths))}; allowed: "
                           f"benchmark folders (lit-marl benchmark), run folders (lit-marl fit) or marl-eval JSON files")
     runs: Runs = {}
     for file in files:
-        data = json.loads(file.read_text())
+        data = read_json(file, "report: marl-eval JSON", ALLOWED, marl_eval_shape)
         for env, tasks in data.items():
             for task, algorithms in tasks.items():
                 for algorithm, seeds in algorithms.items():
@@ -83,29 +83,43 @@ def load_runs(paths: list[str | os.PathLike]) -> Runs:
     return runs
 
 
+#: what ``lit-marl report`` reads of a run folder
+RUN_ALLOWED = "a run folder of lit-marl fit (its config.yaml and metrics.csv as lit-marl wrote them)"
+
+
+def _mapping(data: Any) -> str | None:
+    return None if isinstance(data, dict) else f"{json_kind(data)} where a mapping belongs"
+
+
 def _run_folder(folder: Path) -> tuple[str, str, int, list[dict[str, Any]]]:
     """``(task name, algorithm name, seed, evaluations)`` of a Lightning run folder (``val/return`` per evaluation)."""
     import csv
     import importlib
 
-    import yaml
-
     from lit_marl.envs.base import Task
     from lit_marl.utils import instantiate
 
-    config = yaml.safe_load((folder / "config.yaml").read_text())
-    model = config.get("model") or {}
-    module_name, _, cls_name = str(model.get("class_path", "")).rpartition(".")
+    config_file, metrics = folder / "config.yaml", folder / "metrics.csv"
+    config = read_yaml(config_file, "report: run config", RUN_ALLOWED, _mapping)
     try:
+        model = config.get("model") or {}
+        module_name, _, cls_name = str(model.get("class_path", "")).rpartition(".")
         algorithm = getattr(importlib.import_module(module_name), cls_name).algorithm_name
         task = instantiate(model["init_args"]["task"], Task, f"{folder}: model.init_args.task").name
+        seed = int(config.get("seed_everything") or 0)
     except (ImportError, AttributeError, KeyError, ValueError, TypeError) as err:
-        raise ConfigError(f"report: {folder / 'config.yaml'} is not a lit-marl run config ({err})") from None
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise refused("report: run config", config_file, f"not a lit-marl run config ({reason})", RUN_ALLOWED) from None
     steps = []
-    for row in csv.DictReader(open(folder / "metrics.csv")):
+    for row_number, row in enumerate(csv.DictReader(read_text(metrics, "report: metrics", RUN_ALLOWED).splitlines())):
         if row.get("val/return") and row.get("counters/frames"):
-            steps.append({"step_count": int(float(row["counters/frames"])), "return": [float(row["val/return"])]})
-    return task, algorithm, int(config.get("seed_everything") or 0), steps
+            try:
+                steps.append({"step_count": int(float(row["counters/frames"])), "return": [float(row["val/return"])]})
+            except ValueError:
+                raise refused("report: metrics", metrics, f"of the wrong shape (row {row_number + 1}: counters/frames "
+                              f"{row['counters/frames']!r} or val/return {row['val/return']!r} is not a number)",
+                              RUN_ALLOWED) from None
+    return task, algorithm, seed, steps
 
 
 def check_complete(runs: Runs) -> tuple[list[str], list[str], list[int]]:

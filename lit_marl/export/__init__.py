@@ -55,6 +55,7 @@ from lit_marl.export.signature import (
     example_inputs,
     policy_signature,
 )
+from lit_marl.reading import read_json
 
 #: format -> file suffix
 FORMATS: dict[str, str] = {"torchscript": ".pt", "onnx": ".onnx", "exported": ".pt2"}
@@ -352,9 +353,7 @@ def main(argv: list[str]) -> int:
                         help="fix the batch dimension (default: any batch size)")
     args = parser.parse_args(argv)
     folder = export_checkpoint(args.ckpt_path, args.format, args.out, args.group, args.batch_size)
-    import json
-
-    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest = read_json(folder / MANIFEST, "export: manifest", "the manifest.json that export_policy writes")
     for group, entry in manifest["groups"].items():
         ins = ", ".join(f"{i['name']} {i['shape']}" for i in entry["inputs"])
         check = entry["verified"]
