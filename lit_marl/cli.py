@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import importlib
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -90,6 +91,15 @@ class LitMarlCLI(LightningCLI):
         )
 
     @override
+    def parse_arguments(self, parser, args) -> None:
+        if args is None:  # the command line itself (DDP's launcher re-runs it for the other processes)
+            sys.argv[1:] = _merge_simulator_kwargs(sys.argv[1:])
+        elif isinstance(args, (list, tuple)):  # (LightningCLI also takes a dict of arguments: left as given)
+            args = _merge_simulator_kwargs(list(args))
+        super().parse_arguments(parser, args)
+
+
+    @override
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         # what `lit-marl test` writes (eval_info.json, videos); inert in fit and validate
@@ -153,6 +163,8 @@ class LitMarlCLI(LightningCLI):
             )
         self._check_checkpoint_fits()
         if self.trainer.global_rank == 0:
+            if log_dir is not None and not Path(log_dir).exists():
+                NEW_RUN_FOLDERS.append(Path(log_dir))  # removed again if this run is refused before it writes
             check_writable(Path(log_dir if log_dir is not None else self.trainer.default_root_dir))
         self.model.nan_policy = self.config[self.subcommand].get("nan_policy", "stop")
 
@@ -170,6 +182,70 @@ class LitMarlCLI(LightningCLI):
             check_group_map(group_map, self.model.task.group_map, source)
         if state_dict is not None:
             check_state_dict(state_dict, self.model.state_dict(), source)
+
+
+#: a task's dict of simulator arguments: given on the command line, merged into the config file's dict
+SIMULATOR_KWARGS = ("scenario_kwargs", "task_kwargs", "env_kwargs", "substrate_kwargs")
+
+
+def _merge_simulator_kwargs(argv: list[str]) -> list[str]:
+    """``--model.init_args.task.init_args.scenario_kwargs '{n_agents: 3}'`` changes that key of the config file's
+    dict and keeps the others (jsonargparse would replace the whole dict, silently dropping e.g. balance's
+    ``package_mass``): the argument is rewritten to the merged dict before parsing (so ``--print_config`` and the
+    run's ``config.yaml`` show it) and stderr says so. To drop a key, give the whole dict in a config file."""
+    import json
+
+    import yaml
+
+    argv, files = list(argv), []
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            files.append(argv[i + 1])
+        elif arg.startswith("--config="):
+            files.append(arg.split("=", 1)[1])
+        name, inline, text = arg.partition("=")
+        field = name.rpartition(".")[2]
+        if not (name.startswith("--model.") and name.endswith(".task.init_args." + field)
+                and field in SIMULATOR_KWARGS):
+            continue
+        if not inline and i + 1 >= len(argv):
+            continue  # the parser names the missing value
+        try:
+            given = yaml.safe_load(text if inline else argv[i + 1])
+        except yaml.YAMLError:
+            continue  # the parser names the bad value
+        from_files = _task_argument_in_files(files, field)
+        if not isinstance(given, dict) or not isinstance(from_files, dict):
+            continue
+        merged = {**from_files, **given}
+        if merged == given:
+            continue
+        value = json.dumps(merged)
+        if inline:
+            argv[i] = f"{name}={value}"
+        else:
+            argv[i + 1] = value
+        print(f"lit-marl: task.{field}: the command line's {given} merged into the config file's {from_files}: "
+              f"{merged} (to drop a key, give the whole dict in a config file)", file=sys.stderr)
+    return argv
+
+
+def _task_argument_in_files(files: list[str], field: str) -> Any:
+    """The value of ``model.init_args.task.init_args.<field>`` in the last of these YAML files that sets it."""
+    import yaml
+
+    value = None
+    for path in files:
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError):
+            continue  # the parser has already reported an unreadable config
+        node: Any = data
+        for key in ("model", "init_args", "task", "init_args", field):
+            node = node.get(key) if isinstance(node, dict) else None
+        if node is not None:
+            value = node
+    return value
 
 
 def _keep_a_run_folder(config: Any) -> None:
@@ -225,6 +301,25 @@ def _last_checkpoint_of(logger: Any) -> Path:
     )
 
 
+#: run folders this process made; a run refused (exit 2) before writing anything but its config removes them
+NEW_RUN_FOLDERS: list[Path] = []
+#: what a refused run may have written and still leaves nothing behind
+UNUSED_RUN_FILES = {"config.yaml", "hparams.yaml"}
+
+
+def _remove_unused_run_folders() -> None:
+    """Remove the run folders of a refused run that hold no more than its config (and empty folders): nothing of the
+    run exists, so an empty ``version_<n>`` would only mislead ``--ckpt_path last`` and a reader."""
+    while NEW_RUN_FOLDERS:
+        folder = NEW_RUN_FOLDERS.pop()
+        if not folder.is_dir():
+            continue
+        files = [p for p in folder.rglob("*") if not p.is_dir()]
+        if any(p.parent != folder or p.name not in UNUSED_RUN_FILES for p in files):
+            continue  # something of the run was written: keep all of it
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def check_writable(folder: Path) -> None:
     """Create ``folder`` and write, sync and remove a small file in it; ConfigError naming the folder if that fails
     (read-only or full file system, no permission)."""
@@ -259,6 +354,7 @@ def main(args: list[str] | None = None) -> None:
     # Lightning 2.6 on torch 2.13 warns about its own pytree use at every fit; nothing a user can act on.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     Interrupts.reset()
+    NEW_RUN_FOLDERS.clear()
     previous = _count_interrupts()
     try:
         _run(args)
@@ -304,6 +400,7 @@ def _run(args: list[str] | None) -> None:
         config_error = _find_config_error(err)
         if config_error is None:
             raise
+        _remove_unused_run_folders()
         print(f"lit-marl: error: {config_error}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None
     except NumericalError as err:

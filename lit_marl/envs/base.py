@@ -180,6 +180,7 @@ class Task(Configurable, ABC):
 
                 group_map = {g: list(agents) for g, agents in self._group_map(env).items()}
                 observation_spec = strip(env.full_observation_spec.clone())
+                self._probe_step(env)
                 return TaskSpecs(
                     group_map=group_map,
                     observation_spec=observation_spec,
@@ -190,6 +191,12 @@ class Task(Configurable, ABC):
                 )
             finally:
                 env.close()
+
+    def _probe_step(self, env: EnvBase) -> None:
+        """Reset the probe env and step it once with a random legal action: simulator arguments of a wrong type or
+        value that building and resetting accept (VMAS reads most scenario arguments only when it steps) fail here,
+        as a :class:`ConfigError` of :meth:`probing`, instead of at the first collection step."""
+        env.rand_step(env.reset())
 
     def _group_map(self, env: EnvBase) -> dict[str, list[str]]:
         """The groups of the probe env (torchrl's multi-agent envs report ``env.group_map``)."""

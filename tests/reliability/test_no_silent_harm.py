@@ -49,3 +49,47 @@ def test_bad_clipping_exits_2_naming_the_field(tmp_path, capsys, flags, fragment
     err = expect_exit(capsys, ["fit", "--config", str(config), *QUIET, *flags], 2, fragment)
     assert "Traceback" not in err
     assert not (tmp_path / "runs").exists()  # refused before any run folder
+
+
+def test_a_simulator_argument_of_the_wrong_type_fails_at_the_probe_naming_the_field(tmp_path, capsys, monkeypatch):
+    """balance's ``package_mass`` is read only when VMAS steps: before the probe stepped, 'heavy' passed the probe
+    and crashed inside VMAS at the first collection step with a TypeError, leaving an empty run folder."""
+    from lit_marl.envs import Task
+
+    monkeypatch.setattr(Task, "make_env", lambda *a, **k: pytest.fail("a training env was built"))
+    config = tiny_config(tmp_path / "c.yaml")
+    err = expect_exit(capsys, ["fit", "--config", str(config), *QUIET, "--model.init_args.task.init_args."
+                               "scenario_kwargs", "{package_mass: heavy}"], 2,
+                      "lit-marl: error: task.scenario_kwargs: vmas/balance failed to build with",
+                      "'package_mass': 'heavy'")
+    assert "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_scenario_kwargs_on_the_command_line_merge_into_the_config_files(tmp_path, capsys):
+    """The config's balance sets n_agents, package_mass and random_package_pos_on_line; changing n_agents on the
+    command line keeps the other two (jsonargparse alone replaced the dict, silently dropping them)."""
+    from lit_marl.cli import LitMarlCLI
+
+    config = tiny_config(tmp_path / "c.yaml")
+    cli = LitMarlCLI(args=["--config", str(config), "--model.init_args.task.init_args.scenario_kwargs",
+                           "{n_agents: 3}"], run=False)
+    assert cli.model.task.scenario_kwargs == {"n_agents": 3, "package_mass": 5, "random_package_pos_on_line": True}
+    assert "merged into the config file's" in capsys.readouterr().err
+    inline = LitMarlCLI(args=["--config", str(config), "--model.init_args.task.init_args.scenario_kwargs="
+                              "{package_mass: 2}"], run=False)
+    assert inline.model.task.scenario_kwargs == {"n_agents": 4, "package_mass": 2, "random_package_pos_on_line": True}
+
+
+def test_a_run_refused_after_its_folder_was_made_leaves_no_folder(tmp_path, capsys, monkeypatch):
+    """A refusal raised once the Trainer has made the run folder (here: the training data of the first iteration)
+    exits 2 and removes the folder, which holds nothing but the run's config."""
+    from lit_marl.errors import ConfigError as Refusal
+
+    def refuse(self):
+        raise Refusal("model.init_args.something: refused late; allowed: anything else")
+
+    monkeypatch.setattr(MAPPO, "train_dataloader", refuse)
+    config = tiny_config(tmp_path / "c.yaml")
+    expect_exit(capsys, ["fit", "--config", str(config), *QUIET], 2, "refused late", unchanged=None)
+    assert not list((tmp_path / "runs").glob("*/version_*"))
