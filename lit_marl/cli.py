@@ -41,6 +41,7 @@ from lit_marl.checkpoint import (
     check_state_dict,
     read_checkpoint,
 )
+from lit_marl.cli_errors import LitMarlArgumentParser
 from lit_marl.distributed import check_shares, check_strategy
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, NumericalError, check_gradient_clipping
@@ -86,6 +87,7 @@ class LitMarlCLI(LightningCLI):
             save_config_kwargs={"overwrite": False},
             auto_configure_optimizers=False,
             parser_kwargs={"parser_mode": "yaml"},
+            parser_class=LitMarlArgumentParser,  # errors lead with the field (lit_marl/cli_errors.py)
             args=args,
             run=run,
         )

@@ -52,7 +52,8 @@ def test_config_round_trip_rebuilds_the_same_task():
 
 def test_every_vmas_scenario_is_accepted_and_unknown_ones_are_named():
     assert {"balance", "navigation", "simple_tag", "transport"} <= set(VMAS_SCENARIOS)
-    with pytest.raises(ConfigError, match=r"task.scenario: unknown VMAS scenario 'balanse'; allowed: .*balance"):
+    with pytest.raises(ConfigError, match=r"task.scenario: unknown VMAS scenario 'balanse'; did you mean 'balance'.*\? "
+                                         r"allowed: .*balance"):
         VmasTask("balanse")
     with pytest.raises(ConfigError, match="task.max_steps"):
         VmasTask("balance", max_steps=0)

@@ -13,7 +13,7 @@ from typing_extensions import override
 
 from lit_marl.envs.base import Task
 from lit_marl.utils import pack_numpy_rng, unpack_numpy_rng
-from lit_marl.errors import ConfigError, check_types, positive_int
+from lit_marl.errors import ConfigError, check_types, did_you_mean, positive_int
 
 _GROUP_MAP_TYPES = {
     "all_in_one_group": MarlGroupMapType.ALL_IN_ONE_GROUP,
@@ -71,9 +71,8 @@ class VmasTask(Task):
                                         "continuous_actions": continuous_actions, "scenario_kwargs": scenario_kwargs,
                                         "agent_groups": agent_groups}, prefix="task.")
         if scenario not in VMAS_SCENARIOS:
-            raise ConfigError(
-                f"task.scenario: unknown VMAS scenario {scenario!r}; allowed: {', '.join(VMAS_SCENARIOS)}"
-            )
+            raise ConfigError(f"task.scenario: unknown VMAS scenario {scenario!r}; {did_you_mean(scenario, VMAS_SCENARIOS)}"
+                              f"allowed: {', '.join(VMAS_SCENARIOS)}")
         positive_int("task.max_steps", max_steps)
         if isinstance(agent_groups, str) and agent_groups not in _GROUP_MAP_TYPES:
             raise ConfigError(
