@@ -137,3 +137,26 @@ def test_qmix_resume_continues_exactly(tmp_path):
     assert len(resumed.replay_buffers()["agents"]) == 160
     for key, value in straight.state_dict().items():
         assert torch.equal(value, resumed.state_dict()[key]), key
+
+
+def test_qmix_clips_the_q_network_and_the_mixer_by_their_joint_norm():
+    """BenchMARL's QMIX optimises ``loss.parameters()`` (Q-network and mixer) as one group and clips their joint
+    gradient norm; clipping each part alone to 5 left a joint norm of up to 7.07 (found by comparing with BenchMARL)."""
+    model = QMIX(tiny_task(continuous_actions=False), **q_kwargs())
+    optimizer = model.configure_optimizers()
+    assert [g["name"] for g in optimizer.param_groups] == ["agents/actor", "agents/mixer"]
+    parts = {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            p.grad = torch.ones_like(p)
+        parts[group["name"]] = group["params"]
+        scale = 4.0 / torch.nn.utils.get_total_norm([p.grad for p in group["params"]])
+        for p in group["params"]:
+            p.grad.mul_(scale)  # each part's norm is 4: below 5 alone, 5.66 together
+    model.configure_gradient_clipping(optimizer, gradient_clip_val=5.0, gradient_clip_algorithm="norm")
+    every = [p.grad for g in optimizer.param_groups for p in g["params"]]
+    assert torch.nn.utils.get_total_norm(every).item() == pytest.approx(5.0, rel=1e-5)
+    for params in parts.values():  # scaled alike: the ratio of the parts is kept
+        assert torch.nn.utils.get_total_norm([p.grad for p in params]).item() == pytest.approx(
+            4.0 * 5.0 / (4.0 * 2 ** 0.5), rel=1e-5)
+    assert "train/agents/loss/grad_norm" in model._epoch_metrics

@@ -232,6 +232,11 @@ class MarlAlgorithm(CollectionLoop, ABC):
     def param_groups(self, group: str) -> dict[str, list[nn.Parameter]]:
         """Parameters of ``group`` by role (``actor``, ``critic``…); each becomes a named optimizer group."""
 
+    def clip_group(self, group: str, role: str) -> str:
+        """The name of the parameters ``role``'s gradients are clipped together with (by their joint norm, logged as
+        ``train/<name>/grad_norm``): by default each role alone, as BenchMARL clips each loss's parameters."""
+        return f"{group}/{role}"
+
     def process_batch(self, batch: TensorDictBase) -> TensorDictBase:
         """Called (without grad) on every collected batch before training; returns the batch.
 
@@ -357,7 +362,7 @@ class MarlAlgorithm(CollectionLoop, ABC):
             for role, params in self.param_groups(group).items():
                 params = [p for p in params if p.requires_grad]
                 if params:
-                    groups.append({"params": params, "name": f"{group}/{role}"})
+                    groups.append({"params": params, "name": f"{group}/{role}", "clip": self.clip_group(group, role)})
         # the fused kernel updates every tensor of a group in one call (~0.6 ms less per step than the per-tensor
         # loop for MLPs 256-256 on a CPU core; the same update to within one float rounding)
         fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for g in groups for p in g["params"])
@@ -365,15 +370,18 @@ class MarlAlgorithm(CollectionLoop, ABC):
 
     @override
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
-        """Clip each parameter group (= each loss's parameters) on its own, as BenchMARL does, and log
-        the pre-clipping norm of each."""
+        """Clip the parameters of each loss on their own (:meth:`clip_group`: each role, or QMIX's Q-network and
+        mixer together), as BenchMARL does, and log the pre-clipping norm of each."""
+        clip_groups: dict[str, list[torch.Tensor]] = {}
         for param_group in optimizer.param_groups:
-            params = [p for p in param_group["params"] if p.grad is not None]
+            name = param_group.get("clip", param_group.get("name"))
+            clip_groups.setdefault(name, []).extend(p for p in param_group["params"] if p.grad is not None)
+        for name, params in clip_groups.items():
             if not params:
                 continue
             norm = torch.nn.utils.get_total_norm([p.grad for p in params])  # once: checked, clipped with, logged
             if not torch.isfinite(norm):
-                if self._numerical_fault(f"gradient of {param_group['name']} is {norm.item()} (norm)",
+                if self._numerical_fault(f"gradient of {name} is {norm.item()} (norm)",
                                          self.trainer.fit_loop.epoch_loop.batch_idx):
                     for group in optimizer.param_groups:  # Adam leaves parameters without a gradient alone
                         for p in group["params"]:
@@ -384,7 +392,7 @@ class MarlAlgorithm(CollectionLoop, ABC):
                 torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
             elif gradient_clip_val:
                 torch.nn.utils.clip_grads_with_norm_(params, float(gradient_clip_val), norm)
-            self.record(f"train/{param_group['name']}/grad_norm", norm)
+            self.record(f"train/{name}/grad_norm", norm)
 
     def record(self, name: str, value: torch.Tensor | float) -> None:
         """Accumulate a scalar; averaged and logged once per iteration (cheaper than self.log per step)."""

@@ -347,7 +347,7 @@ class Ensemble(MarlAlgorithm):
                 params = [p for p in params if p.requires_grad]
                 if params:  # the group's own learning rate and epsilon
                     groups.append({"params": params, "name": f"{group}/{role}", "lr": algorithm.lr,
-                                   "eps": algorithm.adam_eps})
+                                   "eps": algorithm.adam_eps, "clip": algorithm.clip_group(group, role)})
         return torch.optim.Adam(groups)
 
     # ------------------------------------------------------------------ per iteration / step (off-policy parts)

@@ -176,6 +176,13 @@ class QLearning(OffPolicyAlgorithm):
             groups["mixer"] = list(self.losses[group].mixer_network_params.values(True, True))
         return groups
 
+    @override
+    def clip_group(self, group: str, role: str) -> str:
+        """One loss, one clipping: the Q-network and the mixer are clipped by their joint gradient norm (BenchMARL's
+        QMIX/VDN optimise ``loss.parameters()`` as one group and clip its norm; clipping each part to the norm
+        alone let a step move them up to sqrt(2) times as far)."""
+        return f"{group}/loss"
+
     # ------------------------------------------------------------------ data
     @override
     def process_batch(self, batch: TensorDictBase) -> TensorDictBase:
