@@ -1,0 +1,167 @@
+"""The BenchMARL side of the differential harness: runs in BenchMARL 1.5.2's own venv (``setup.sh``), never imports
+lit-marl, and writes what BenchMARL computes for one algorithm on vmas/balance with its default configuration:
+
+- the networks: every parameter tensor of the torchrl loss by the loss attribute that holds it (``actor_network_params``,
+  ``mixer_network_params``, targets…), in order, with the initial values;
+- the first collected batch, raw (before ``process_batch``) and as ``process_batch`` leaves it;
+- one update on a fixed minibatch of that batch (indices from a seeded permutation): every loss term, the outputs the
+  loss writes (values, TD errors, advantages), the gradients after BenchMARL's own clipping (``Experiment._grad_clip``),
+  the weights after its optimizers' steps, the target networks after its target updater's step;
+- exploration: epsilon or the noise scale at each iteration of a whole anneal.
+
+    .venv-benchmarl/bin/python benchmarks/vs_benchmarl/reference.py --algorithm qmix --out ref_qmix.pt
+
+The file holds only tensors, numbers, strings and lists (``torch.load(weights_only=True)`` reads it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import torch
+
+#: algorithm name → (BenchMARL config class name, continuous actions)
+ALGORITHMS = {
+    "mappo": ("MappoConfig", True), "ippo": ("IppoConfig", True), "maddpg": ("MaddpgConfig", True),
+    "iddpg": ("IddpgConfig", True), "masac": ("MasacConfig", True), "isac": ("IsacConfig", True),
+    "masac_discrete": ("MasacConfig", False), "isac_discrete": ("IsacConfig", False),
+    "qmix": ("QmixConfig", False), "vdn": ("VdnConfig", False), "iql": ("IqlConfig", False),
+}
+MINIBATCH_SEED = 1234
+GROUP = "agents"
+
+
+def flat(td) -> dict[str, torch.Tensor]:
+    """A TensorDict as ``{"a/b/c": tensor}`` (plain data for the other venv)."""
+    return {"/".join(k if isinstance(k, tuple) else (k,)): v.detach().clone()
+            for k, v in td.items(include_nested=True, leaves_only=True) if isinstance(v, torch.Tensor)}
+
+
+def loss_params(loss) -> dict[str, list[torch.Tensor]]:
+    """Every parameter tensor of a torchrl loss, by the attribute that holds it, in order."""
+    from tensordict.nn import TensorDictParams
+
+    out = {}
+    for name, value in vars(loss)["_modules"].items():
+        if isinstance(value, TensorDictParams):
+            out[name] = [t.detach().clone() for t in value.flatten_keys().values()]
+    for name, value in vars(loss)["_parameters"].items():  # SAC's log_alpha
+        if value is not None:
+            out[name] = [value.detach().clone()]
+    return out
+
+
+def experiment(algorithm: str, max_frames: int, folder: Path):
+    from benchmarl import algorithms
+    from benchmarl.environments import VmasTask
+    from benchmarl.experiment import Experiment, ExperimentConfig
+    from benchmarl.models.mlp import MlpConfig
+
+    config_name, continuous = ALGORITHMS[algorithm]
+    config = ExperimentConfig.get_from_yaml()
+    config.loggers, config.create_json, config.save_folder = [], False, str(folder)
+    config.max_n_frames, config.checkpoint_interval, config.checkpoint_at_end = max_frames, 0, False
+    config.evaluation = False
+    config.prefer_continuous_actions = continuous
+    config.sampling_device = config.train_device = "cpu"
+    return Experiment(task=VmasTask.BALANCE.get_from_yaml(), algorithm_config=getattr(algorithms, config_name)
+                      .get_from_yaml(), model_config=MlpConfig.get_from_yaml(),
+                      critic_model_config=MlpConfig.get_from_yaml(), seed=0, config=config)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algorithm", required=True, choices=sorted(ALGORITHMS))
+    parser.add_argument("--max_frames", type=int, default=120_000, help="sets the exploration anneal (a third)")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    import benchmarl
+    import torchrl
+
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as folder:
+        exp = experiment(args.algorithm, args.max_frames, Path(folder))
+        loss = exp.losses[GROUP]
+        initial = loss_params(loss)
+        raw = next(iter(exp.collector)).detach()
+        group_batch = raw.exclude(*exp._get_excluded_keys(GROUP))
+        processed = exp.algorithm.process_batch(GROUP, group_batch.clone())
+        if exp.on_policy:  # what BenchMARL trains on: the processed batch, flattened, minibatches without replacement
+            size = exp.config.train_minibatch_size(exp.on_policy)
+        else:
+            size = exp.config.train_batch_size(exp.on_policy)
+        flat_batch = processed.reshape(-1)
+        generator = torch.Generator().manual_seed(MINIBATCH_SEED)
+        indices = torch.randperm(flat_batch.shape[0], generator=generator)[:size]
+        minibatch = flat_batch[indices].clone()
+
+        # one update, through BenchMARL's own loss, loss processing, optimizers, clipping and target updater
+        loss_vals = loss(minibatch)
+        terms = {k: v.detach().clone() for k, v in loss_vals.items()}
+        loss_vals = exp.algorithm.process_loss_vals(GROUP, loss_vals)
+        grads, norms = {}, {}
+        for loss_name, value in loss_vals.items():
+            if loss_name not in exp.optimizers[GROUP]:
+                continue
+            optimizer = exp.optimizers[GROUP][loss_name]
+            value.backward()
+            norms[loss_name] = float(exp._grad_clip(optimizer))
+            for attr, tensors in loss_params_live(loss).items():
+                grads.setdefault(attr, [None] * len(tensors))
+                for i, t in enumerate(tensors):
+                    if t.grad is not None and grads[attr][i] is None:
+                        grads[attr][i] = t.grad.detach().clone()
+            optimizer.step()
+            optimizer.zero_grad()
+        if exp.target_updaters[GROUP] is not None:
+            exp.target_updaters[GROUP].step()
+        after = loss_params(loss)
+
+        # exploration over a whole anneal (one step per iteration, after its training, as BenchMARL's loop does)
+        policy = exp.group_policies[GROUP]
+        explore = policy[-1] if hasattr(policy, "__getitem__") else policy
+        schedule = {"frames": [], "value": []}
+        for attr in ("eps", "sigma"):
+            if hasattr(explore, attr) and hasattr(explore, "step"):
+                frames_per_batch = exp.config.collected_frames_per_batch(exp.on_policy)
+                for i in range(args.max_frames // frames_per_batch + 2):
+                    schedule["frames"].append(i * frames_per_batch)
+                    schedule["value"].append(float(getattr(explore, attr)))
+                    explore.step(frames_per_batch)
+                schedule["name"] = attr
+                break
+        hyper = {k: v for k, v in vars(exp.config).items() if isinstance(v, (int, float, bool, str)) or v is None}
+        hyper.update({f"algorithm.{k}": v for k, v in vars(exp.algorithm_config).items()
+                      if isinstance(v, (int, float, bool, str)) or v is None})
+        exp.close()
+    torch.save({
+        "meta": {"algorithm": args.algorithm, "benchmarl": str(benchmarl.__version__), "torchrl": str(torchrl.__version__),
+                 "torch": str(torch.__version__), "group": GROUP, "on_policy": exp.on_policy,
+                 "continuous": ALGORITHMS[args.algorithm][1], "loss_class": type(loss).__name__,
+                 "config": {k: v for k, v in hyper.items() if v is not None}},
+        "params": initial, "raw_batch": flat(raw), "processed_batch": flat(processed), "indices": indices,
+        "minibatch_out": flat(minibatch), "loss_terms": terms, "grad_norms": norms,
+        "grads": {k: [g if g is not None else torch.zeros(0) for g in v] for k, v in grads.items()},
+        "params_after": after, "exploration": schedule,
+    }, args.out)
+    print(f"{args.algorithm}: {args.out}")
+
+
+def loss_params_live(loss) -> dict[str, list[torch.Tensor]]:
+    """Like :func:`loss_params`, the live tensors (to read their ``.grad``)."""
+    from tensordict.nn import TensorDictParams
+
+    out = {}
+    for name, value in vars(loss)["_modules"].items():
+        if isinstance(value, TensorDictParams):
+            out[name] = list(value.flatten_keys().values())
+    for name, value in vars(loss)["_parameters"].items():
+        if value is not None:
+            out[name] = [value]
+    return out
+
+
+if __name__ == "__main__":
+    main()
