@@ -12,7 +12,8 @@
     lit-marl export --ckpt_path runs/<run>/checkpoints/last.ckpt --format onnx  # deployable per-group policies
 
 Every run writes into a new folder ``runs/<name>/version_<n>/`` (``config.yaml``, ``metrics.csv``,
-``checkpoints/``): nothing of an earlier run is overwritten.
+``checkpoints/``; ``--trainer.default_root_dir DIR`` puts it under ``DIR/<name>/``): nothing of an earlier run is
+overwritten.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Literal
 
+from jsonargparse import Namespace
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from typing_extensions import override
@@ -51,8 +53,12 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "gradient_clip_val": 5.0,  # BenchMARL's clip_grad_val, applied per parameter group
     "check_val_every_n_epoch": 20,  # 20 iterations × 6000 frames = BenchMARL's 120k-frame interval
     "num_sanity_val_steps": 0,
-    "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "runs", "name": "lit-marl"}},
+    # no save_dir: lit-marl puts the run folder under trainer.default_root_dir, or ./runs (_place_run_folders)
+    "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"name": "lit-marl"}},
 }
+
+#: where run folders go when neither the logger's save_dir nor trainer.default_root_dir says
+RUNS_ROOT = "runs"
 
 CHECKPOINT_DEFAULTS: dict[str, Any] = {
     "checkpoint.every_n_epochs": 20,
@@ -101,6 +107,21 @@ class LitMarlCLI(LightningCLI):
                  "the last checkpoint is kept) or skip that update (counted in train/skipped_updates)",
         )
         parser.link_arguments("seed_everything", "model.init_args.seed", compute_fn=_seed_to_int)
+
+    @override
+    def parse_arguments(self, parser, args) -> None:
+        """LightningCLI's parsing, with the run folder placed (:func:`_place_run_folders`) before the config is
+        validated: a CSV or TensorBoard logger without a save_dir (the shipped configs') would not validate."""
+        if isinstance(args, (dict, Namespace)):
+            return super().parse_arguments(parser, args)
+        config = parser.parse_args(args, _skip_validation=True)
+        subcommand = config.get("subcommand")
+        _place_run_folders(config[subcommand] if subcommand else config)
+        try:
+            parser.validate(config)
+        except (TypeError, KeyError) as err:  # as parse_args reports them
+            parser.error(str(err), err)
+        self.config = config
 
     @override
     def _parse_ckpt_path(self) -> None:
@@ -176,8 +197,8 @@ def _keep_a_run_folder(config: Any) -> None:
     """Loggers without a versioned run folder of their own (``MLFlowLogger``, ``WandbLogger``: Lightning's
     ``trainer.log_dir`` is then their shared ``save_dir``) get lit-marl's default CSV logger in front of them: the
     run's ``config.yaml``, ``metrics.csv``, checkpoints, videos and marl-eval JSON go to its new
-    ``runs/lit-marl/version_<n>/`` and every metric, hyper-parameter and video to both."""
-    from jsonargparse import Namespace
+    ``runs/lit-marl/version_<n>/`` (or ``<default_root_dir>/lit-marl/…``) and every metric, hyper-parameter and
+    video to both."""
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
     trainer = config.get("trainer")
@@ -193,11 +214,47 @@ def _keep_a_run_folder(config: Any) -> None:
     if isinstance(cls, type) and issubclass(cls, (CSVLogger, TensorBoardLogger)):
         return
     default = TRAINER_DEFAULTS["logger"]
-    trainer["logger"] = [Namespace(class_path=default["class_path"], init_args=Namespace(**default["init_args"])),
-                         *loggers]
+    root = str(trainer.get("default_root_dir") or RUNS_ROOT)  # as _place_run_folders
+    trainer["logger"] = [Namespace(class_path=default["class_path"],
+                                   init_args=Namespace(**default["init_args"], save_dir=root)), *loggers]
     print(f"lit-marl: {cls_name} keeps no run folder of its own; config.yaml, metrics.csv, checkpoints and videos go "
-          f"to a CSVLogger's {default['init_args']['save_dir']}/{default['init_args']['name']}/version_<n>/ beside it",
-          file=sys.stderr)
+          f"to a CSVLogger's {Path(root, default['init_args']['name'])}/version_<n>/ beside it", file=sys.stderr)
+
+
+def _place_run_folders(config: Any) -> None:
+    """Run folders go under ``trainer.default_root_dir`` (else ``./runs``): every CSV or TensorBoard logger without a
+    ``save_dir`` (the shipped configs set none) gets that one, before the config is validated and saved, so the run's
+    ``config.yaml`` re-runs into the same place. A ``save_dir`` the user set wins; when it differs from a
+    ``default_root_dir`` the user also set, one line says where the run goes."""
+    trainer = config.get("trainer")
+    logger = trainer.get("logger") if trainer is not None else None
+    loggers = logger if isinstance(logger, list) else [logger]
+    root = trainer.get("default_root_dir") if trainer is not None else None
+    for i, entry in enumerate(loggers):
+        if not isinstance(entry, Namespace) or not _keeps_version_folders(entry.get("class_path")):
+            continue
+        init_args = entry.get("init_args")
+        if init_args is None:
+            init_args = entry["init_args"] = Namespace()
+        save_dir = init_args.get("save_dir")
+        if save_dir is None:
+            init_args["save_dir"] = str(root or RUNS_ROOT)
+        elif i == 0 and root is not None and Path(str(save_dir)).resolve() != Path(str(root)).resolve():
+            print(f"lit-marl: the run folder goes under trainer.logger's save_dir {str(save_dir)!r}, not "
+                  f"trainer.default_root_dir {str(root)!r} (a logger's save_dir wins; leave it unset to use "
+                  f"default_root_dir)", file=sys.stderr)
+
+
+def _keeps_version_folders(class_path: Any) -> bool:
+    """Whether a logger class writes ``<save_dir>/<name>/version_<n>/`` (CSVLogger, TensorBoardLogger)."""
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    module_name, _, cls_name = str(class_path or "").rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), cls_name)
+    except (ImportError, AttributeError, ValueError):
+        return False  # jsonargparse names it when it instantiates the logger
+    return isinstance(cls, type) and issubclass(cls, (CSVLogger, TensorBoardLogger))
 
 
 def _last_checkpoint_of(logger: Any) -> Path:
@@ -239,10 +296,15 @@ def check_writable(folder: Path) -> None:
         finally:
             probe.unlink(missing_ok=True)
     except OSError as err:
-        raise ConfigError(
-            f"trainer.logger: the run folder {str(folder)!r} cannot be written ({err.strerror or err}); nothing was "
-            f"trained. Allowed: a writable folder with free space (trainer.logger.init_args.save_dir)"
-        ) from None
+        raise _unwritable(folder, err) from None
+
+
+def _unwritable(folder: Path, err: OSError) -> ConfigError:
+    return ConfigError(
+        f"trainer.logger: the run folder {str(folder)!r} cannot be written ({err.strerror or err}); nothing was "
+        f"trained. Allowed: a writable folder with free space (trainer.logger.init_args.save_dir or "
+        f"trainer.default_root_dir)"
+    )
 
 
 #: ``lit-marl <command>`` beside fit/validate/test: the module whose ``main(argv)`` runs it
