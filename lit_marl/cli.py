@@ -13,11 +13,12 @@
 
 Every run writes into a new folder ``runs/<name>/version_<n>/`` (``config.yaml``, ``metrics.csv``,
 ``checkpoints/``; ``--trainer.default_root_dir DIR`` puts it under ``DIR/<name>/``): nothing of an earlier run is
-overwritten.
+overwritten, and two runs started at once never share a folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib
 import os
@@ -163,9 +164,13 @@ class LitMarlCLI(LightningCLI):
         # DDP: the strategy and the split of the global sizes, before any process is spawned
         check_strategy(self.trainer)
         check_shares(self.model, self.trainer.world_size, self.subcommand or "fit")
-        # the run folder is process 0's: the other DDP processes (started later, by the launcher) would otherwise
-        # each pick, and make, a further version_<n> folder
-        log_dir = self.trainer.log_dir if self.trainer.global_rank == 0 else None
+        # the run folder is process 0's: the other DDP processes (started later, by the launcher, with the same
+        # command line) would otherwise each pick, and make, a further version_<n> folder. They never write in their
+        # own pick: loggers write on process 0 only and Lightning broadcasts process 0's log_dir and checkpoint folder
+        rank_zero = self.trainer.global_rank == 0
+        to_claim = _unversioned_run_folder_logger(self.trainer) if rank_zero else None
+        # a version the user fixed (or a logger without version_<n> folders): refuse a folder that holds a run
+        log_dir = self.trainer.log_dir if rank_zero and to_claim is None else None
         if log_dir is not None and Path(log_dir).is_dir() and any(Path(log_dir).iterdir()):
             raise ConfigError(
                 f"trainer.logger: the run folder {log_dir!r} already holds a run; nothing was written. Allowed: "
@@ -173,8 +178,19 @@ class LitMarlCLI(LightningCLI):
                 f"trainer.logger.init_args.name"
             )
         self._check_checkpoint_fits()
-        if self.trainer.global_rank == 0:
-            check_writable(Path(log_dir if log_dir is not None else self.trainer.default_root_dir))
+        if to_claim is not None:  # last: a refused start leaves no empty folder behind
+            # Lightning's CSV and TensorBoard loggers keep the version they would pick by listing in `_version`
+            to_claim._version = claim_version_folder(Path(to_claim.root_dir))
+            log_dir = self.trainer.log_dir
+        if rank_zero:
+            folder = Path(log_dir if log_dir is not None else self.trainer.default_root_dir)
+            try:
+                check_writable(folder)
+            except ConfigError:
+                if to_claim is not None:
+                    with contextlib.suppress(OSError):
+                        folder.rmdir()  # the empty folder claimed above
+                raise
         self.model.nan_policy = self.config[self.subcommand].get("nan_policy", "stop")
 
     before_fit = before_validate = before_test = _refuse_used_run_folder
@@ -255,6 +271,40 @@ def _keeps_version_folders(class_path: Any) -> bool:
     except (ImportError, AttributeError, ValueError):
         return False  # jsonargparse names it when it instantiates the logger
     return isinstance(cls, type) and issubclass(cls, (CSVLogger, TensorBoardLogger))
+
+
+def _unversioned_run_folder_logger(trainer: Any) -> Any:
+    """The logger whose ``version_<n>`` folder is this run's (the first, a CSV or TensorBoard logger on the local
+    file system) when the user fixed no version; None otherwise."""
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    loggers = trainer.loggers
+    if not loggers or not isinstance(loggers[0], (CSVLogger, TensorBoardLogger)):
+        return None
+    logger = loggers[0]
+    if getattr(logger, "_version", 0) is not None or "://" in str(logger.root_dir):
+        return None
+    return logger
+
+
+def claim_version_folder(root: Path) -> int:
+    """Create ``root/version_<n>`` (n one past the highest existing) exclusively and return n: a folder another
+    run created meanwhile makes it try n + 1, so two runs started at once never share one (Lightning's loggers
+    pick the number by listing the folders and create it later). ConfigError naming the folder if it cannot be
+    created."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        existing = [int(p.name.removeprefix("version_")) for p in root.iterdir()
+                    if p.name.startswith("version_") and p.name.removeprefix("version_").isdigit()]
+        version = max(existing, default=-1) + 1
+        while True:
+            try:
+                os.mkdir(root / f"version_{version}")
+                return version
+            except FileExistsError:
+                version += 1
+    except OSError as err:
+        raise _unwritable(root, err) from None
 
 
 def _last_checkpoint_of(logger: Any) -> Path:
