@@ -12,11 +12,13 @@
     lit-marl export --ckpt_path runs/<run>/checkpoints/last.ckpt --format onnx  # deployable per-group policies
 
 Every run writes into a new folder ``runs/<name>/version_<n>/`` (``config.yaml``, ``metrics.csv``,
-``checkpoints/``): nothing of an earlier run is overwritten.
+``checkpoints/``; ``--trainer.default_root_dir DIR`` puts it under ``DIR/<name>/``): nothing of an earlier run is
+overwritten, and two runs started at once never share a folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib
 import os
@@ -28,6 +30,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Literal
 
+from jsonargparse import Namespace
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from typing_extensions import override
@@ -53,8 +56,12 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "gradient_clip_val": 5.0,  # BenchMARL's clip_grad_val, applied per parameter group
     "check_val_every_n_epoch": 20,  # 20 iterations × 6000 frames = BenchMARL's 120k-frame interval
     "num_sanity_val_steps": 0,
-    "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "runs", "name": "lit-marl"}},
+    # no save_dir: lit-marl puts the run folder under trainer.default_root_dir, or ./runs (_place_run_folders)
+    "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"name": "lit-marl"}},
 }
+
+#: where run folders go when neither the logger's save_dir nor trainer.default_root_dir says
+RUNS_ROOT = "runs"
 
 CHECKPOINT_DEFAULTS: dict[str, Any] = {
     "checkpoint.every_n_epochs": 20,
@@ -93,15 +100,6 @@ class LitMarlCLI(LightningCLI):
         )
 
     @override
-    def parse_arguments(self, parser, args) -> None:
-        if args is None:  # the command line itself (DDP's launcher re-runs it for the other processes)
-            sys.argv[1:] = _merge_simulator_kwargs(sys.argv[1:])
-        elif isinstance(args, (list, tuple)):  # (LightningCLI also takes a dict of arguments: left as given)
-            args = _merge_simulator_kwargs(list(args))
-        super().parse_arguments(parser, args)
-
-
-    @override
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         # what `lit-marl test` writes (eval_info.json, videos); inert in fit and validate
@@ -113,6 +111,24 @@ class LitMarlCLI(LightningCLI):
                  "the last checkpoint is kept) or skip that update (counted in train/skipped_updates)",
         )
         parser.link_arguments("seed_everything", "model.init_args.seed", compute_fn=_seed_to_int)
+
+    @override
+    def parse_arguments(self, parser, args) -> None:
+        """LightningCLI's parsing, with a task's ``*_kwargs`` given on the command line merged into the config
+        file's (:func:`_merge_simulator_kwargs`), and the run folder placed (:func:`_place_run_folders`) before the
+        config is validated: a CSV or TensorBoard logger without a save_dir (the shipped configs') would not
+        validate."""
+        if isinstance(args, (dict, Namespace)):
+            return super().parse_arguments(parser, args)
+        args = _merge_simulator_kwargs(sys.argv[1:] if args is None else list(args))
+        config = parser.parse_args(args, _skip_validation=True)
+        subcommand = config.get("subcommand")
+        _place_run_folders(config[subcommand] if subcommand else config)
+        try:
+            parser.validate(config)
+        except (TypeError, KeyError) as err:  # as parse_args reports them
+            parser.error(str(err), err)
+        self.config = config
 
     @override
     def _parse_ckpt_path(self) -> None:
@@ -154,9 +170,13 @@ class LitMarlCLI(LightningCLI):
         # DDP: the strategy and the split of the global sizes, before any process is spawned
         check_strategy(self.trainer)
         check_shares(self.model, self.trainer.world_size, self.subcommand or "fit")
-        # the run folder is process 0's: the other DDP processes (started later, by the launcher) would otherwise
-        # each pick, and make, a further version_<n> folder
-        log_dir = self.trainer.log_dir if self.trainer.global_rank == 0 else None
+        # the run folder is process 0's: the other DDP processes (started later, by the launcher, with the same
+        # command line) would otherwise each pick, and make, a further version_<n> folder. They never write in their
+        # own pick: loggers write on process 0 only and Lightning broadcasts process 0's log_dir and checkpoint folder
+        rank_zero = self.trainer.global_rank == 0
+        to_claim = _unversioned_run_folder_logger(self.trainer) if rank_zero else None
+        # a version the user fixed (or a logger without version_<n> folders): refuse a folder that holds a run
+        log_dir = self.trainer.log_dir if rank_zero and to_claim is None else None
         if log_dir is not None and Path(log_dir).is_dir() and any(Path(log_dir).iterdir()):
             raise ConfigError(
                 f"trainer.logger: the run folder {log_dir!r} already holds a run; nothing was written. Allowed: "
@@ -164,10 +184,22 @@ class LitMarlCLI(LightningCLI):
                 f"trainer.logger.init_args.name"
             )
         self._check_checkpoint_fits()
-        if self.trainer.global_rank == 0:
-            if log_dir is not None and not Path(log_dir).exists():
-                NEW_RUN_FOLDERS.append(Path(log_dir))  # removed again if this run is refused before it writes
-            check_writable(Path(log_dir if log_dir is not None else self.trainer.default_root_dir))
+        if to_claim is not None:  # last: a refused start leaves no empty folder behind
+            # Lightning's CSV and TensorBoard loggers keep the version they would pick by listing in `_version`
+            to_claim._version = claim_version_folder(Path(to_claim.root_dir))
+            log_dir = self.trainer.log_dir
+            NEW_RUN_FOLDERS.append(Path(log_dir))  # removed again if this run is refused before it writes
+        elif rank_zero and log_dir is not None and not Path(log_dir).exists():
+            NEW_RUN_FOLDERS.append(Path(log_dir))
+        if rank_zero:
+            folder = Path(log_dir if log_dir is not None else self.trainer.default_root_dir)
+            try:
+                check_writable(folder)
+            except ConfigError:
+                if to_claim is not None:
+                    with contextlib.suppress(OSError):
+                        folder.rmdir()  # the empty folder claimed above
+                raise
         self.model.nan_policy = self.config[self.subcommand].get("nan_policy", "stop")
 
     before_fit = before_validate = before_test = _refuse_used_run_folder
@@ -254,8 +286,8 @@ def _keep_a_run_folder(config: Any) -> None:
     """Loggers without a versioned run folder of their own (``MLFlowLogger``, ``WandbLogger``: Lightning's
     ``trainer.log_dir`` is then their shared ``save_dir``) get lit-marl's default CSV logger in front of them: the
     run's ``config.yaml``, ``metrics.csv``, checkpoints, videos and marl-eval JSON go to its new
-    ``runs/lit-marl/version_<n>/`` and every metric, hyper-parameter and video to both."""
-    from jsonargparse import Namespace
+    ``runs/lit-marl/version_<n>/`` (or ``<default_root_dir>/lit-marl/…``) and every metric, hyper-parameter and
+    video to both."""
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
     trainer = config.get("trainer")
@@ -271,11 +303,81 @@ def _keep_a_run_folder(config: Any) -> None:
     if isinstance(cls, type) and issubclass(cls, (CSVLogger, TensorBoardLogger)):
         return
     default = TRAINER_DEFAULTS["logger"]
-    trainer["logger"] = [Namespace(class_path=default["class_path"], init_args=Namespace(**default["init_args"])),
-                         *loggers]
+    root = str(trainer.get("default_root_dir") or RUNS_ROOT)  # as _place_run_folders
+    trainer["logger"] = [Namespace(class_path=default["class_path"],
+                                   init_args=Namespace(**default["init_args"], save_dir=root)), *loggers]
     print(f"lit-marl: {cls_name} keeps no run folder of its own; config.yaml, metrics.csv, checkpoints and videos go "
-          f"to a CSVLogger's {default['init_args']['save_dir']}/{default['init_args']['name']}/version_<n>/ beside it",
-          file=sys.stderr)
+          f"to a CSVLogger's {Path(root, default['init_args']['name'])}/version_<n>/ beside it", file=sys.stderr)
+
+
+def _place_run_folders(config: Any) -> None:
+    """Run folders go under ``trainer.default_root_dir`` (else ``./runs``): every CSV or TensorBoard logger without a
+    ``save_dir`` (the shipped configs set none) gets that one, before the config is validated and saved, so the run's
+    ``config.yaml`` re-runs into the same place. A ``save_dir`` the user set wins; when it differs from a
+    ``default_root_dir`` the user also set, one line says where the run goes."""
+    trainer = config.get("trainer")
+    logger = trainer.get("logger") if trainer is not None else None
+    loggers = logger if isinstance(logger, list) else [logger]
+    root = trainer.get("default_root_dir") if trainer is not None else None
+    for i, entry in enumerate(loggers):
+        if not isinstance(entry, Namespace) or not _keeps_version_folders(entry.get("class_path")):
+            continue
+        init_args = entry.get("init_args")
+        if init_args is None:
+            init_args = entry["init_args"] = Namespace()
+        save_dir = init_args.get("save_dir")
+        if save_dir is None:
+            init_args["save_dir"] = str(root or RUNS_ROOT)
+        elif i == 0 and root is not None and Path(str(save_dir)).resolve() != Path(str(root)).resolve():
+            print(f"lit-marl: the run folder goes under trainer.logger's save_dir {str(save_dir)!r}, not "
+                  f"trainer.default_root_dir {str(root)!r} (a logger's save_dir wins; leave it unset to use "
+                  f"default_root_dir)", file=sys.stderr)
+
+
+def _keeps_version_folders(class_path: Any) -> bool:
+    """Whether a logger class writes ``<save_dir>/<name>/version_<n>/`` (CSVLogger, TensorBoardLogger)."""
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    module_name, _, cls_name = str(class_path or "").rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), cls_name)
+    except (ImportError, AttributeError, ValueError):
+        return False  # jsonargparse names it when it instantiates the logger
+    return isinstance(cls, type) and issubclass(cls, (CSVLogger, TensorBoardLogger))
+
+
+def _unversioned_run_folder_logger(trainer: Any) -> Any:
+    """The logger whose ``version_<n>`` folder is this run's (the first, a CSV or TensorBoard logger on the local
+    file system) when the user fixed no version; None otherwise."""
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    loggers = trainer.loggers
+    if not loggers or not isinstance(loggers[0], (CSVLogger, TensorBoardLogger)):
+        return None
+    logger = loggers[0]
+    if getattr(logger, "_version", 0) is not None or "://" in str(logger.root_dir):
+        return None
+    return logger
+
+
+def claim_version_folder(root: Path) -> int:
+    """Create ``root/version_<n>`` (n one past the highest existing) exclusively and return n: a folder another
+    run created meanwhile makes it try n + 1, so two runs started at once never share one (Lightning's loggers
+    pick the number by listing the folders and create it later). ConfigError naming the folder if it cannot be
+    created."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        existing = [int(p.name.removeprefix("version_")) for p in root.iterdir()
+                    if p.name.startswith("version_") and p.name.removeprefix("version_").isdigit()]
+        version = max(existing, default=-1) + 1
+        while True:
+            try:
+                os.mkdir(root / f"version_{version}")
+                return version
+            except FileExistsError:
+                version += 1
+    except OSError as err:
+        raise _unwritable(root, err) from None
 
 
 def _last_checkpoint_of(logger: Any) -> Path:
@@ -336,10 +438,15 @@ def check_writable(folder: Path) -> None:
         finally:
             probe.unlink(missing_ok=True)
     except OSError as err:
-        raise ConfigError(
-            f"trainer.logger: the run folder {str(folder)!r} cannot be written ({err.strerror or err}); nothing was "
-            f"trained. Allowed: a writable folder with free space (trainer.logger.init_args.save_dir)"
-        ) from None
+        raise _unwritable(folder, err) from None
+
+
+def _unwritable(folder: Path, err: OSError) -> ConfigError:
+    return ConfigError(
+        f"trainer.logger: the run folder {str(folder)!r} cannot be written ({err.strerror or err}); nothing was "
+        f"trained. Allowed: a writable folder with free space (trainer.logger.init_args.save_dir or "
+        f"trainer.default_root_dir)"
+    )
 
 
 #: ``lit-marl <command>`` beside fit/validate/test: the module whose ``main(argv)`` runs it
