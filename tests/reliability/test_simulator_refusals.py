@@ -170,10 +170,12 @@ def test_without_simulator_arguments_the_message_names_the_task():
 
 @pytest.mark.parametrize(("config", "override", "words"), [
     ("mappo_vmas_balance.yaml", ["--model.init_args.task.init_args.scenario_kwargs", "{n_agents: 0}"],
-     ["task.scenario_kwargs: vmas/balance failed to build with scenario_kwargs={'n_agents': 0}: AssertionError at ",
-      "balance.py:", "assert self.n_agents > 1"]),
+     # the command line's dict merged into the config's (package_mass, random_package_pos_on_line kept)
+     ["task.scenario_kwargs: vmas/balance failed to build with scenario_kwargs={'n_agents': 0, 'package_mass': 5, "
+      "'random_package_pos_on_line': True}: AssertionError at ", "balance.py:", "assert self.n_agents > 1"]),
     ("mappo_mpe_simple_spread.yaml", ["--model.init_args.task.init_args.task_kwargs", "{n_agents: 3}"],
-     ["task.task_kwargs: pettingzoo/simple_spread failed to build with task_kwargs={'n_agents': 3}: ",
+     ["task.task_kwargs: pettingzoo/simple_spread failed to build with task_kwargs={'N': 3, 'local_ratio': 0.5, "
+      "'n_agents': 3}: ",
       "unexpected keyword argument 'n_agents'"]),
 ], ids=["vmas", "pettingzoo"])
 def test_the_lit_marl_command_prints_no_traceback(tmp_path, config, override, words):
