@@ -202,11 +202,26 @@ def test_sac_trains_actor_twin_critics_and_temperature(tmp_path, algorithm, cont
     assert [g["name"] for g in trainer.optimizers[0].param_groups] == ["agents/actor", "agents/critic", "agents/alpha"]
 
 
-def test_masac_q_is_centralised_and_isac_q_is_local():
+def test_discrete_masac_q_is_centralised_per_agent_and_isac_q_is_local():
+    """Discrete MASAC (no global state): one network reads all agents' observations and values each agent's actions
+    apart (BenchMARL's coupled critic, n_agents × n_actions outputs). It was a centralised MultiAgentMLP with shared
+    parameters, which gave every agent the same values (found by comparing with BenchMARL)."""
+    from tensordict import TensorDict
+
+    torch.manual_seed(0)
     masac = MASAC(tiny_task(continuous_actions=False), **ddpg_kwargs())
     isac = ISAC(tiny_task(continuous_actions=False), **ddpg_kwargs())
-    assert masac.losses["agents"].qvalue_network.module.centralized
-    assert not isac.losses["agents"].qvalue_network.module.centralized
+    n_agents, n_obs = masac.task.specs.observation_spec["agents", "observation"].shape
+    obs = torch.randn(5, n_agents, n_obs)
+    for model, centralised in ((masac, True), (isac, False)):
+        q = model.losses["agents"].qvalue_network
+        values = q(TensorDict({("agents", "observation"): obs}, [5])).get(("agents", "action_value"))
+        assert values.shape == (5, n_agents, 9)
+        assert not torch.allclose(values[:, 0], values[:, 1])  # each agent valued apart
+        moved = obs.clone()
+        moved[:, 1] += 1.0  # another agent's observation
+        again = q(TensorDict({("agents", "observation"): moved}, [5])).get(("agents", "action_value"))
+        assert torch.allclose(values[:, 0], again[:, 0]) is not centralised
 
 
 def test_fixed_alpha_is_not_trained(tmp_path):

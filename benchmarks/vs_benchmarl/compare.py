@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))  # the checkout this script sits in, whichever lit
 OUT = ROOT / "benchmarks" / "out" / "vs_benchmarl"
 VENV = Path(os.environ.get("LIT_MARL_BENCHMARL_VENV", ROOT / ".venv-benchmarl"))
 RTOL, ATOL = 1e-5, 1e-6
+MINIBATCH_SEED = 1234  # reference.py's
 GROUP = "agents"
 
 #: algorithm → (lit-marl config, extra command-line arguments)
@@ -78,12 +79,18 @@ def lit_marl_model(algorithm: str, max_frames: int):
     return cli.model, cli.trainer
 
 
+#: buffers lit-marl's networks hold that BenchMARL's hold elsewhere: the action bounds of the DDPG actor's tanh head
+#: (``TanhBounded``; torchrl's ``TanhModule`` keeps them outside the loss's parameters). No arithmetic differs.
+BOUNDS = ("low", "high")
+
+
 def live_params(loss) -> dict[str, list[torch.Tensor]]:
-    """Every parameter tensor of a torchrl loss by the attribute that holds it, in order (as reference.py)."""
+    """Every parameter tensor of a torchrl loss by the attribute that holds it, in order (as reference.py), less
+    the action bounds (:data:`BOUNDS`)."""
     from tensordict.nn import TensorDictParams
 
-    out = {name: list(value.flatten_keys().values()) for name, value in vars(loss)["_modules"].items()
-           if isinstance(value, TensorDictParams)}
+    out = {name: [t for k, t in value.flatten_keys().items() if k.rpartition(".")[2] not in BOUNDS]
+           for name, value in vars(loss)["_modules"].items() if isinstance(value, TensorDictParams)}
     out.update({name: [value] for name, value in vars(loss)["_parameters"].items() if value is not None})
     return out
 
@@ -160,6 +167,7 @@ def compare(algorithm: str, max_frames: int) -> Checks:
     minibatch = processed.reshape(-1)[ref["indices"]].clone()
     optimizer = model.configure_optimizers()
     optimizer.zero_grad()
+    torch.manual_seed(MINIBATCH_SEED)  # as reference.py: the same draws for losses that sample (SAC)
     terms = model.loss(GROUP, model.group_batch(_keyed(minibatch), GROUP) if not model.on_policy else minibatch)
     for name, value in ref["loss_terms"].items():
         mine = terms.get(name, None)

@@ -98,6 +98,7 @@ def main() -> None:
         minibatch = flat_batch[indices].clone()
 
         # one update, through BenchMARL's own loss, loss processing, optimizers, clipping and target updater
+        torch.manual_seed(MINIBATCH_SEED)  # the same draws on both sides for losses that sample (SAC)
         loss_vals = loss(minibatch)
         terms = {k: v.detach().clone() for k, v in loss_vals.items()}
         loss_vals = exp.algorithm.process_loss_vals(GROUP, loss_vals)

@@ -19,7 +19,7 @@ from lit_marl.algorithms.common import FromState, q_critic, stochastic_policy
 from lit_marl.algorithms.off_policy import OffPolicyAlgorithm
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, non_negative_float, one_of, positive_float, positive_int, unit_interval
-from lit_marl.models import ModelConfig, ModelInputs
+from lit_marl.models import Mlp, ModelConfig, ModelInputs
 
 
 class SAC(OffPolicyAlgorithm):
@@ -124,10 +124,16 @@ class SAC(OffPolicyAlgorithm):
         specs = self.task.specs
         n_agents, n_actions = specs.n_agents(group), specs.group_action_spec(group).space.n
         out = [(group, "action_value")]
-        if self.centralised_critic and self.task.has_state:
-            state_shape = specs.state_spec.shape
-            net = FromState(self.critic_model.build_single(state_shape.numel(), n_agents * n_actions), len(state_shape))
-            return TensorDictModule(_Unflatten(net, n_agents, n_actions), in_keys=[self.task.state_key], out_keys=out)
+        if self.centralised_critic and (self.task.has_state or type(self.critic_model) is Mlp):
+            # one network reads the global state (or all the group's observations) and values every agent's every
+            # action, n_agents × n_actions outputs: BenchMARL's coupled discrete critic. A centralised
+            # MultiAgentMLP with shared parameters would give every agent the same values (same input, same net).
+            if self.task.has_state:
+                key, shape = self.task.state_key, specs.state_spec.shape
+            else:
+                key, shape = (group, "observation"), specs.observation_spec[group, "observation"].shape
+            net = FromState(self.critic_model.build_single(shape.numel(), n_agents * n_actions), len(shape))
+            return TensorDictModule(_Unflatten(net, n_agents, n_actions), in_keys=[key], out_keys=out)
         return self.critic_model.build_module(ModelInputs.of(self.task, group, field="critic_model"), out, n_actions,
                                               centralised=self.centralised_critic,
                                               share_params=self.share_param_critic)
