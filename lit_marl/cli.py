@@ -21,8 +21,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import importlib
-import os
-import shutil
 import signal
 import sys
 import threading
@@ -44,11 +42,23 @@ from lit_marl.checkpoint import (
     check_state_dict,
     read_checkpoint,
 )
+from lit_marl.cli_args import merge_simulator_kwargs
 from lit_marl.cli_errors import LitMarlArgumentParser
 from lit_marl.distributed import check_shares, check_strategy
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, NumericalError, check_gradient_clipping
 from lit_marl.evaluation import EvaluationReport
+from lit_marl.run_folders import (
+    DEFAULT_LOGGER,
+    NEW_RUN_FOLDERS,
+    check_writable,
+    claim_version_folder,
+    keep_a_run_folder,
+    last_checkpoint_of,
+    place_run_folders,
+    remove_unused_run_folders,
+    unversioned_run_folder_logger,
+)
 from lit_marl.utils import instantiate
 
 TRAINER_DEFAULTS: dict[str, Any] = {
@@ -56,12 +66,9 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "gradient_clip_val": 5.0,  # BenchMARL's clip_grad_val, applied per parameter group
     "check_val_every_n_epoch": 20,  # 20 iterations × 6000 frames = BenchMARL's 120k-frame interval
     "num_sanity_val_steps": 0,
-    # no save_dir: lit-marl puts the run folder under trainer.default_root_dir, or ./runs (_place_run_folders)
-    "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"name": "lit-marl"}},
+    # no save_dir: lit-marl puts the run folder under trainer.default_root_dir, or ./runs (place_run_folders)
+    "logger": DEFAULT_LOGGER,
 }
-
-#: where run folders go when neither the logger's save_dir nor trainer.default_root_dir says
-RUNS_ROOT = "runs"
 
 CHECKPOINT_DEFAULTS: dict[str, Any] = {
     "checkpoint.every_n_epochs": 20,
@@ -115,15 +122,15 @@ class LitMarlCLI(LightningCLI):
     @override
     def parse_arguments(self, parser, args) -> None:
         """LightningCLI's parsing, with a task's ``*_kwargs`` given on the command line merged into the config
-        file's (:func:`_merge_simulator_kwargs`), and the run folder placed (:func:`_place_run_folders`) before the
+        file's (:func:`merge_simulator_kwargs`), and the run folder placed (:func:`place_run_folders`) before the
         config is validated: a CSV or TensorBoard logger without a save_dir (the shipped configs') would not
         validate."""
         if isinstance(args, (dict, Namespace)):
             return super().parse_arguments(parser, args)
-        args = _merge_simulator_kwargs(sys.argv[1:] if args is None else list(args))
+        args = merge_simulator_kwargs(sys.argv[1:] if args is None else list(args))
         config = parser.parse_args(args, _skip_validation=True)
         subcommand = config.get("subcommand")
-        _place_run_folders(config[subcommand] if subcommand else config)
+        place_run_folders(config[subcommand] if subcommand else config)
         try:
             parser.validate(config)
         except (TypeError, KeyError) as err:  # as parse_args reports them
@@ -148,10 +155,10 @@ class LitMarlCLI(LightningCLI):
         # before the Trainer is built: Lightning would raise on a bad algorithm with a traceback, and train with a
         # negative value (lit-marl's per-group clipping would flip every gradient)
         check_gradient_clipping(trainer.get("gradient_clip_val"), trainer.get("gradient_clip_algorithm"))
-        _keep_a_run_folder(config)
+        keep_a_run_folder(config)
         ckpt_path = config.get("ckpt_path")
         if ckpt_path is not None and str(ckpt_path) == "last":
-            ckpt_path = config["ckpt_path"] = str(_last_checkpoint_of(config.get("trainer", {}).get("logger")))
+            ckpt_path = config["ckpt_path"] = str(last_checkpoint_of(config.get("trainer", {}).get("logger")))
         if not ckpt_path or str(ckpt_path) in LIGHTNING_CKPT_ALIASES:
             return
         checkpoint = read_checkpoint(ckpt_path)
@@ -174,7 +181,7 @@ class LitMarlCLI(LightningCLI):
         # command line) would otherwise each pick, and make, a further version_<n> folder. They never write in their
         # own pick: loggers write on process 0 only and Lightning broadcasts process 0's log_dir and checkpoint folder
         rank_zero = self.trainer.global_rank == 0
-        to_claim = _unversioned_run_folder_logger(self.trainer) if rank_zero else None
+        to_claim = unversioned_run_folder_logger(self.trainer) if rank_zero else None
         # a version the user fixed (or a logger without version_<n> folders): refuse a folder that holds a run
         log_dir = self.trainer.log_dir if rank_zero and to_claim is None else None
         if log_dir is not None and Path(log_dir).is_dir() and any(Path(log_dir).iterdir()):
@@ -216,237 +223,6 @@ class LitMarlCLI(LightningCLI):
             check_group_map(group_map, self.model.task.group_map, source)
         if state_dict is not None:
             check_state_dict(state_dict, self.model.state_dict(), source)
-
-
-#: a task's dict of simulator arguments: given on the command line, merged into the config file's dict
-SIMULATOR_KWARGS = ("scenario_kwargs", "task_kwargs", "env_kwargs", "substrate_kwargs")
-
-
-def _merge_simulator_kwargs(argv: list[str]) -> list[str]:
-    """``--model.init_args.task.init_args.scenario_kwargs '{n_agents: 3}'`` changes that key of the config file's
-    dict and keeps the others (jsonargparse would replace the whole dict, silently dropping e.g. balance's
-    ``package_mass``): the argument is rewritten to the merged dict before parsing (so ``--print_config`` and the
-    run's ``config.yaml`` show it) and stderr says so. To drop a key, give the whole dict in a config file."""
-    import json
-
-    import yaml
-
-    argv, files = list(argv), []
-    for i, arg in enumerate(argv):
-        if arg == "--config" and i + 1 < len(argv):
-            files.append(argv[i + 1])
-        elif arg.startswith("--config="):
-            files.append(arg.split("=", 1)[1])
-        name, inline, text = arg.partition("=")
-        field = name.rpartition(".")[2]
-        if not (name.startswith("--model.") and name.endswith(".task.init_args." + field)
-                and field in SIMULATOR_KWARGS):
-            continue
-        if not inline and i + 1 >= len(argv):
-            continue  # the parser names the missing value
-        try:
-            given = yaml.safe_load(text if inline else argv[i + 1])
-        except yaml.YAMLError:
-            continue  # the parser names the bad value
-        from_files = _task_argument_in_files(files, field)
-        if not isinstance(given, dict) or not isinstance(from_files, dict):
-            continue
-        merged = {**from_files, **given}
-        if merged == given:
-            continue
-        value = json.dumps(merged)
-        if inline:
-            argv[i] = f"{name}={value}"
-        else:
-            argv[i + 1] = value
-        print(f"lit-marl: task.{field}: the command line's {given} merged into the config file's {from_files}: "
-              f"{merged} (to drop a key, give the whole dict in a config file)", file=sys.stderr)
-    return argv
-
-
-def _task_argument_in_files(files: list[str], field: str) -> Any:
-    """The value of ``model.init_args.task.init_args.<field>`` in the last of these YAML files that sets it."""
-    import yaml
-
-    value = None
-    for path in files:
-        try:
-            data = yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError):
-            continue  # the parser has already reported an unreadable config
-        node: Any = data
-        for key in ("model", "init_args", "task", "init_args", field):
-            node = node.get(key) if isinstance(node, dict) else None
-        if node is not None:
-            value = node
-    return value
-
-
-def _keep_a_run_folder(config: Any) -> None:
-    """Loggers without a versioned run folder of their own (``MLFlowLogger``, ``WandbLogger``: Lightning's
-    ``trainer.log_dir`` is then their shared ``save_dir``) get lit-marl's default CSV logger in front of them: the
-    run's ``config.yaml``, ``metrics.csv``, checkpoints, videos and marl-eval JSON go to its new
-    ``runs/lit-marl/version_<n>/`` (or ``<default_root_dir>/lit-marl/…``) and every metric, hyper-parameter and
-    video to both."""
-    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-
-    trainer = config.get("trainer")
-    logger = trainer.get("logger") if trainer is not None else None
-    loggers = logger if isinstance(logger, list) else [logger] if isinstance(logger, Namespace) else []
-    if not loggers or not isinstance(loggers[0], Namespace) or not loggers[0].get("class_path"):
-        return
-    module_name, _, cls_name = str(loggers[0].class_path).rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), cls_name)
-    except (ImportError, AttributeError, ValueError):
-        return  # jsonargparse names it when it instantiates the logger
-    if isinstance(cls, type) and issubclass(cls, (CSVLogger, TensorBoardLogger)):
-        return
-    default = TRAINER_DEFAULTS["logger"]
-    root = str(trainer.get("default_root_dir") or RUNS_ROOT)  # as _place_run_folders
-    trainer["logger"] = [Namespace(class_path=default["class_path"],
-                                   init_args=Namespace(**default["init_args"], save_dir=root)), *loggers]
-    print(f"lit-marl: {cls_name} keeps no run folder of its own; config.yaml, metrics.csv, checkpoints and videos go "
-          f"to a CSVLogger's {Path(root, default['init_args']['name'])}/version_<n>/ beside it", file=sys.stderr)
-
-
-def _place_run_folders(config: Any) -> None:
-    """Run folders go under ``trainer.default_root_dir`` (else ``./runs``): every CSV or TensorBoard logger without a
-    ``save_dir`` (the shipped configs set none) gets that one, before the config is validated and saved, so the run's
-    ``config.yaml`` re-runs into the same place. A ``save_dir`` the user set wins; when it differs from a
-    ``default_root_dir`` the user also set, one line says where the run goes."""
-    trainer = config.get("trainer")
-    logger = trainer.get("logger") if trainer is not None else None
-    loggers = logger if isinstance(logger, list) else [logger]
-    root = trainer.get("default_root_dir") if trainer is not None else None
-    for i, entry in enumerate(loggers):
-        if not isinstance(entry, Namespace) or not _keeps_version_folders(entry.get("class_path")):
-            continue
-        init_args = entry.get("init_args")
-        if init_args is None:
-            init_args = entry["init_args"] = Namespace()
-        save_dir = init_args.get("save_dir")
-        if save_dir is None:
-            init_args["save_dir"] = str(root or RUNS_ROOT)
-        elif i == 0 and root is not None and Path(str(save_dir)).resolve() != Path(str(root)).resolve():
-            print(f"lit-marl: the run folder goes under trainer.logger's save_dir {str(save_dir)!r}, not "
-                  f"trainer.default_root_dir {str(root)!r} (a logger's save_dir wins; leave it unset to use "
-                  f"default_root_dir)", file=sys.stderr)
-
-
-def _keeps_version_folders(class_path: Any) -> bool:
-    """Whether a logger class writes ``<save_dir>/<name>/version_<n>/`` (CSVLogger, TensorBoardLogger)."""
-    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-
-    module_name, _, cls_name = str(class_path or "").rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), cls_name)
-    except (ImportError, AttributeError, ValueError):
-        return False  # jsonargparse names it when it instantiates the logger
-    return isinstance(cls, type) and issubclass(cls, (CSVLogger, TensorBoardLogger))
-
-
-def _unversioned_run_folder_logger(trainer: Any) -> Any:
-    """The logger whose ``version_<n>`` folder is this run's (the first, a CSV or TensorBoard logger on the local
-    file system) when the user fixed no version; None otherwise."""
-    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-
-    loggers = trainer.loggers
-    if not loggers or not isinstance(loggers[0], (CSVLogger, TensorBoardLogger)):
-        return None
-    logger = loggers[0]
-    if getattr(logger, "_version", 0) is not None or "://" in str(logger.root_dir):
-        return None
-    return logger
-
-
-def claim_version_folder(root: Path) -> int:
-    """Create ``root/version_<n>`` (n one past the highest existing) exclusively and return n: a folder another
-    run created meanwhile makes it try n + 1, so two runs started at once never share one (Lightning's loggers
-    pick the number by listing the folders and create it later). ConfigError naming the folder if it cannot be
-    created."""
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        existing = [int(p.name.removeprefix("version_")) for p in root.iterdir()
-                    if p.name.startswith("version_") and p.name.removeprefix("version_").isdigit()]
-        version = max(existing, default=-1) + 1
-        while True:
-            try:
-                os.mkdir(root / f"version_{version}")
-                return version
-            except FileExistsError:
-                version += 1
-    except OSError as err:
-        raise _unwritable(root, err) from None
-
-
-def _last_checkpoint_of(logger: Any) -> Path:
-    """``--ckpt_path last``: the ``last.ckpt`` of the newest ``<save_dir>/<name>/version_<n>`` run that has one
-    (Lightning would look in the new, empty run folder and silently start from scratch)."""
-    if isinstance(logger, list) and logger:
-        logger = logger[0]  # the run folder's
-    init_args = {}
-    if logger is not None and not isinstance(logger, bool) and hasattr(logger, "get"):
-        init_args = dict(logger.get("init_args") or {})
-    if "save_dir" not in init_args:
-        raise ConfigError(
-            "ckpt_path: 'last' needs a logger with a save_dir (trainer.logger.init_args.save_dir) to find the earlier "
-            "runs in; allowed: the checkpoint's path, e.g. runs/<name>/version_<n>/checkpoints/last.ckpt"
-        )
-    root = Path(init_args["save_dir"]) / str(init_args.get("name") or "")
-    versions = sorted((p for p in root.glob("version_*") if p.name.removeprefix("version_").isdigit()),
-                      key=lambda p: int(p.name.removeprefix("version_")), reverse=True)
-    for version in versions:
-        if (version / "checkpoints" / "last.ckpt").is_file():
-            return version / "checkpoints" / "last.ckpt"
-    raise ConfigError(
-        f"ckpt_path: 'last' found no run with checkpoints/last.ckpt under {str(root)!r}; allowed: a checkpoint's path, "
-        f"or leave ckpt_path unset to start a new run"
-    )
-
-
-#: run folders this process made; a run refused (exit 2) before writing anything but its config removes them
-NEW_RUN_FOLDERS: list[Path] = []
-#: what a refused run may have written and still leaves nothing behind
-UNUSED_RUN_FILES = {"config.yaml", "hparams.yaml"}
-
-
-def _remove_unused_run_folders() -> None:
-    """Remove the run folders of a refused run that hold no more than its config (and empty folders): nothing of the
-    run exists, so an empty ``version_<n>`` would only mislead ``--ckpt_path last`` and a reader."""
-    while NEW_RUN_FOLDERS:
-        folder = NEW_RUN_FOLDERS.pop()
-        if not folder.is_dir():
-            continue
-        files = [p for p in folder.rglob("*") if not p.is_dir()]
-        if any(p.parent != folder or p.name not in UNUSED_RUN_FILES for p in files):
-            continue  # something of the run was written: keep all of it
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def check_writable(folder: Path) -> None:
-    """Create ``folder`` and write, sync and remove a small file in it; ConfigError naming the folder if that fails
-    (read-only or full file system, no permission)."""
-    probe = folder / f".lit-marl-write-check-{os.getpid()}"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        try:
-            with open(probe, "wb") as f:
-                f.write(b"lit-marl")
-                f.flush()
-                os.fsync(f.fileno())
-        finally:
-            probe.unlink(missing_ok=True)
-    except OSError as err:
-        raise _unwritable(folder, err) from None
-
-
-def _unwritable(folder: Path, err: OSError) -> ConfigError:
-    return ConfigError(
-        f"trainer.logger: the run folder {str(folder)!r} cannot be written ({err.strerror or err}); nothing was "
-        f"trained. Allowed: a writable folder with free space (trainer.logger.init_args.save_dir or "
-        f"trainer.default_root_dir)"
-    )
 
 
 #: ``lit-marl <command>`` beside fit/validate/test: the module whose ``main(argv)`` runs it
@@ -509,7 +285,7 @@ def _run(args: list[str] | None) -> None:
         config_error = _find_config_error(err)
         if config_error is None:
             raise
-        _remove_unused_run_folders()
+        remove_unused_run_folders()
         print(f"lit-marl: error: {config_error}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None
     except NumericalError as err:

@@ -7,7 +7,8 @@ lit-marl, and writes what BenchMARL computes for one algorithm on vmas/balance w
 - one update on a fixed minibatch of that batch (indices from a seeded permutation): every loss term, the outputs the
   loss writes (values, TD errors, advantages), the gradients after BenchMARL's own clipping (``Experiment._grad_clip``),
   the weights after its optimizers' steps, the target networks after its target updater's step;
-- exploration: epsilon or the noise scale at each iteration of a whole anneal.
+- exploration: epsilon or the noise scale at each iteration of a whole anneal, and the actions the collection policy
+  (exploration included) takes for 50 observations of the batch, from a seeded generator.
 
     .venv-benchmarl/bin/python benchmarks/vs_benchmarl/reference.py --algorithm qmix --out ref_qmix.pt
 
@@ -30,6 +31,7 @@ ALGORITHMS = {
     "qmix": ("QmixConfig", False), "vdn": ("VdnConfig", False), "iql": ("IqlConfig", False),
 }
 MINIBATCH_SEED = 1234
+ACTION_SEED = 7
 GROUP = "agents"
 
 
@@ -86,6 +88,13 @@ def main() -> None:
         loss = exp.losses[GROUP]
         initial = loss_params(loss)
         raw = next(iter(exp.collector)).detach()
+        # what the collection policy does (exploration included, at the start of its anneal) with 50 observations
+        from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+        observations = raw[:, :5].reshape(-1).select((GROUP, "observation")).clone()
+        torch.manual_seed(ACTION_SEED)
+        with set_exploration_type(ExplorationType.RANDOM), torch.no_grad():
+            acted = exp.group_policies[GROUP](observations.clone())
         group_batch = raw.exclude(*exp._get_excluded_keys(GROUP))
         processed = exp.algorithm.process_batch(GROUP, group_batch.clone())
         if exp.on_policy:  # what BenchMARL trains on: the processed batch, flattened, minibatches without replacement
@@ -145,7 +154,8 @@ def main() -> None:
         "params": initial, "raw_batch": flat(raw), "processed_batch": flat(processed), "indices": indices,
         "minibatch_out": flat(minibatch), "loss_terms": terms, "grad_norms": norms,
         "grads": {k: [g if g is not None else torch.zeros(0) for g in v] for k, v in grads.items()},
-        "params_after": after, "exploration": schedule,
+        "params_after": after, "exploration": schedule, "observations": flat(observations),
+        "collection_actions": acted.get((GROUP, "action")).clone(),
     }, args.out)
     print(f"{args.algorithm}: {args.out}")
 

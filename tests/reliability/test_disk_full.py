@@ -31,7 +31,7 @@ def test_full_disk_at_start_is_refused(capsys, tmp_path, monkeypatch):
     def no_space(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("lit_marl.cli.os.fsync", no_space)
+    monkeypatch.setattr("lit_marl.run_folders.os.fsync", no_space)
     expect_exit(capsys, ["fit", "--config", str(tiny_config(tmp_path / "tiny.yaml")), *QUIET], 2,
                 "cannot be written (No space left on device)")
     assert not list(tmp_path.glob("runs/*/version_*/*"))  # no run started: not even config.yaml

@@ -12,8 +12,9 @@ import yaml
 from jsonargparse import Namespace
 from lightning.pytorch.loggers import CSVLogger
 
-from lit_marl import cli
-from lit_marl.cli import claim_version_folder, main
+from lit_marl import run_folders
+from lit_marl.cli import main
+from lit_marl.run_folders import claim_version_folder
 from tests.reliability.helpers import QUIET, rows, run_dirs, tiny_config
 
 #: one iteration of tiny_config
@@ -65,8 +66,8 @@ def test_ckpt_path_last_finds_the_newest_run_under_default_root_dir(tmp_path):
 def test_loggers_without_a_run_folder_get_one_under_default_root_dir(capsys):
     config = Namespace(trainer=Namespace(default_root_dir="elsewhere", logger=Namespace(
         class_path="lightning.pytorch.loggers.MLFlowLogger", init_args=Namespace(save_dir="mlruns"))))
-    cli._keep_a_run_folder(config)
-    cli._place_run_folders(config)
+    run_folders.keep_a_run_folder(config)
+    run_folders.place_run_folders(config)
     csv_logger, mlflow_logger = config.trainer.logger
     assert csv_logger.init_args.save_dir == "elsewhere" and mlflow_logger.init_args.save_dir == "mlruns"
     assert "elsewhere/lit-marl/version_<n>/" in capsys.readouterr().err
@@ -82,7 +83,7 @@ def test_a_version_folder_another_run_creates_meanwhile_is_not_shared(tmp_path, 
             real_mkdir(path)
         return real_mkdir(path, *args, **kwargs)
 
-    monkeypatch.setattr(cli.os, "mkdir", mkdir)
+    monkeypatch.setattr(run_folders.os, "mkdir", mkdir)
     assert claim_version_folder(tmp_path / "runs" / "x") == 1
     assert sorted(p.name for p in (tmp_path / "runs" / "x").iterdir()) == ["version_0", "version_1"]
 
