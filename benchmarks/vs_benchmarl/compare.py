@@ -23,6 +23,7 @@ and exits 1 if any check fails.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -64,7 +65,9 @@ RAW_KEY_MAP = {f"{GROUP}/log_prob": f"{GROUP}/action_log_prob"}
 
 def reference(algorithm: str, max_frames: int) -> dict[str, Any]:
     """BenchMARL's numbers for ``algorithm`` (made by reference.py in BenchMARL's venv, cached by algorithm)."""
-    path = OUT / f"ref_{algorithm}_{max_frames}.pt"
+    # cached per version of reference.py: a changed reference script makes new numbers
+    version = hashlib.sha256((ROOT / "benchmarks" / "vs_benchmarl" / "reference.py").read_bytes()).hexdigest()[:10]
+    path = OUT / f"ref_{algorithm}_{max_frames}_{version}.pt"
     if not path.is_file():
         subprocess.run(["bash", str(ROOT / "benchmarks" / "vs_benchmarl" / "setup.sh")], check=True)
         OUT.mkdir(parents=True, exist_ok=True)

@@ -42,17 +42,8 @@ def flat(td) -> dict[str, torch.Tensor]:
 
 
 def loss_params(loss) -> dict[str, list[torch.Tensor]]:
-    """Every parameter tensor of a torchrl loss, by the attribute that holds it, in order."""
-    from tensordict.nn import TensorDictParams
-
-    out = {}
-    for name, value in vars(loss)["_modules"].items():
-        if isinstance(value, TensorDictParams):
-            out[name] = [t.detach().clone() for t in value.flatten_keys().values()]
-    for name, value in vars(loss)["_parameters"].items():  # SAC's log_alpha
-        if value is not None:
-            out[name] = [value.detach().clone()]
-    return out
+    """Every parameter tensor of a torchrl loss, by the attribute that holds it, in order (copies)."""
+    return {name: [t.detach().clone() for t in tensors] for name, tensors in loss_params_live(loss).items()}
 
 
 def experiment(algorithm: str, max_frames: int, folder: Path):

@@ -1,0 +1,158 @@
+"""Learning side by side: BenchMARL 1.5.2 and lit-marl, the same algorithm on vmas/balance at BenchMARL's defaults,
+the same seeds and frames, evaluated at the same frame counts (10 deterministic episodes each). (issue 21, item 2)
+
+    python benchmarks/vs_benchmarl/learning.py run --side lit-marl --algorithm qmix --seed 0
+    python benchmarks/vs_benchmarl/learning.py run --side benchmarl --algorithm qmix --seed 0   # in BenchMARL's venv
+    python benchmarks/vs_benchmarl/learning.py table --algorithms qmix                           # the table, with CIs
+
+Each run writes ``benchmarks/out/vs_benchmarl/learning/<side>_<algorithm>_seed<seed>.json`` ({frames: mean
+evaluation return}); runs may go side by side (one torch thread each). ``table`` prints, per algorithm and
+evaluation, both sides' mean over seeds and the difference of means (lit-marl − BenchMARL) with a bootstrap 95 % CI
+over seeds (``lit_marl.evaluation.statistics``), and writes ``learning.json`` beside the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "benchmarks" / "out" / "vs_benchmarl" / "learning"
+VENV = Path(os.environ.get("LIT_MARL_BENCHMARL_VENV", ROOT / ".venv-benchmarl"))
+FRAMES_PER_BATCH = 6000  # BenchMARL's default, on- and off-policy; lit-marl's configs match it
+
+#: algorithm → (BenchMARL config class, continuous actions, lit-marl config, extra lit-marl arguments)
+ALGORITHMS = {
+    "mappo": ("MappoConfig", True, "mappo_vmas_balance.yaml", []),
+    "ippo": ("IppoConfig", True, "ippo_vmas_balance.yaml", []),
+    "maddpg": ("MaddpgConfig", True, "maddpg_vmas_balance.yaml", []),
+    "iddpg": ("IddpgConfig", True, "iddpg_vmas_balance.yaml", []),
+    "masac": ("MasacConfig", True, "masac_vmas_balance.yaml", []),
+    "isac": ("IsacConfig", True, "isac_vmas_balance.yaml", []),
+    "qmix": ("QmixConfig", False, "qmix_vmas_balance.yaml", []),
+    "vdn": ("VdnConfig", False, "qmix_vmas_balance.yaml", ["--model.class_path", "lit_marl.algorithms.VDN"]),
+    "iql": ("IqlConfig", False, "iql_vmas_balance.yaml", []),
+}
+
+
+def result_path(side: str, algorithm: str, seed: int) -> Path:
+    return OUT / f"{side}_{algorithm}_seed{seed}.json"
+
+
+def run_benchmarl(algorithm: str, seed: int, frames: int, eval_every: int) -> dict[int, float]:
+    """Runs in BenchMARL's venv: its Experiment with its defaults; the evaluations from its marl-eval JSON."""
+    from benchmarl import algorithms
+    from benchmarl.environments import VmasTask
+    from benchmarl.experiment import Experiment, ExperimentConfig
+    from benchmarl.models.mlp import MlpConfig
+
+    config_name, continuous, _, _ = ALGORITHMS[algorithm]
+    with tempfile.TemporaryDirectory() as folder:
+        config = ExperimentConfig.get_from_yaml()
+        config.loggers, config.create_json, config.save_folder = [], True, folder
+        config.max_n_frames, config.evaluation_interval = frames, eval_every
+        config.evaluation_episodes, config.render = 10, False
+        config.checkpoint_interval, config.checkpoint_at_end = 0, False
+        config.prefer_continuous_actions = continuous
+        config.sampling_device = config.train_device = "cpu"
+        experiment = Experiment(task=VmasTask.BALANCE.get_from_yaml(),
+                                algorithm_config=getattr(algorithms, config_name).get_from_yaml(),
+                                model_config=MlpConfig.get_from_yaml(), critic_model_config=MlpConfig.get_from_yaml(),
+                                seed=seed, config=config)
+        experiment.run()
+        (path,) = Path(folder).rglob("*.json")
+        data = json.loads(path.read_text())
+    seeds = data["vmas"]["balance"][algorithm][f"seed_{seed}"]
+    return {int(v["step_count"]): sum(v["return"]) / len(v["return"])
+            for k, v in seeds.items() if k.startswith("step_")}
+
+
+def run_lit_marl(algorithm: str, seed: int, frames: int, eval_every: int) -> dict[int, float]:
+    """``lit-marl fit`` with the shipped config (the real command-line path); the evaluations from metrics.csv."""
+    _, _, config, extra = ALGORITHMS[algorithm]
+    with tempfile.TemporaryDirectory() as folder:
+        subprocess.run([sys.executable, "-m", "lit_marl.cli", "fit", "--config", str(ROOT / "configs" / config),
+                        *extra, "--seed_everything", str(seed), "--model.init_args.max_frames", str(frames),
+                        "--trainer.check_val_every_n_epoch", str(eval_every // FRAMES_PER_BATCH),
+                        "--checkpoint.every_n_epochs", "100000", "--trainer.default_root_dir", folder,
+                        "--trainer.enable_progress_bar", "false"], check=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        (metrics,) = Path(folder).rglob("metrics.csv")
+        with open(metrics, newline="") as f:
+            rows = [r for r in csv.DictReader(f) if r.get("val/return")]
+    return {int(float(r["counters/frames"])): float(r["val/return"]) for r in rows}
+
+
+def table(algorithms: list[str], seeds: list[int]) -> dict:
+    sys.path.insert(0, str(ROOT))
+    from lit_marl.evaluation.statistics import paired_difference
+
+    out: dict = {}
+    for algorithm in algorithms:
+        runs = {side: {s: json.loads(result_path(side, algorithm, s).read_text())
+                       for s in seeds if result_path(side, algorithm, s).is_file()}
+                for side in ("benchmarl", "lit-marl")}
+        common = sorted(set(runs["benchmarl"]) & set(runs["lit-marl"]))
+        if not common:
+            continue
+        frames = sorted(set.intersection(*(set(r) for side in runs.values() for s, r in side.items()
+                                           if s in common)), key=int)
+        rows = []
+        for f in frames:
+            bm = [runs["benchmarl"][s][f] for s in common]
+            lm = [runs["lit-marl"][s][f] for s in common]
+            diff = paired_difference(lm, bm) if len(common) > 1 else None
+            rows.append({"frames": int(f), "seeds": common, "benchmarl": bm, "lit_marl": lm,
+                         "benchmarl_mean": sum(bm) / len(bm), "lit_marl_mean": sum(lm) / len(lm),
+                         "difference": diff["mean_difference"] if diff else None})
+        out[algorithm] = rows
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run")
+    run.add_argument("--side", choices=["lit-marl", "benchmarl"], required=True)
+    run.add_argument("--algorithm", choices=sorted(ALGORITHMS), required=True)
+    run.add_argument("--seed", type=int, required=True)
+    run.add_argument("--frames", type=int, default=120_000)
+    run.add_argument("--eval_every", type=int, default=60_000, help="frames between evaluations")
+    run.add_argument("--inside_venv", action="store_true", help=argparse.SUPPRESS)
+    tab = sub.add_parser("table")
+    tab.add_argument("--algorithms", nargs="+", choices=sorted(ALGORITHMS), default=sorted(ALGORITHMS))
+    tab.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    args = parser.parse_args()
+    if args.command == "table":
+        result = table(args.algorithms, args.seeds)
+        OUT.mkdir(parents=True, exist_ok=True)
+        (OUT / "learning.json").write_text(json.dumps(result, indent=1))
+        print("| algorithm | frames | seeds | BenchMARL mean | lit-marl mean | difference [95 % CI] |")
+        print("|---|---|---|---|---|---|")
+        for algorithm, rows in result.items():
+            for r in rows:
+                d = r["difference"]
+                ci = f"{d['value']:+.2f} [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}]" if d else "—"
+                print(f"| {algorithm} | {r['frames']} | {len(r['seeds'])} | {r['benchmarl_mean']:.2f} | "
+                      f"{r['lit_marl_mean']:.2f} | {ci} |")
+        return
+    if args.side == "benchmarl" and not args.inside_venv:  # re-run this script in BenchMARL's venv
+        subprocess.run(["bash", str(ROOT / "benchmarks" / "vs_benchmarl" / "setup.sh")], check=True)
+        subprocess.run([str(VENV / "bin" / "python"), __file__, *sys.argv[1:], "--inside_venv"], check=True)
+        return
+    curve = (run_benchmarl if args.side == "benchmarl" else run_lit_marl)(args.algorithm, args.seed, args.frames,
+                                                                         args.eval_every)
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = result_path(args.side, args.algorithm, args.seed)
+    path.write_text(json.dumps({str(k): v for k, v in sorted(curve.items())}, indent=1))
+    print(f"{args.side} {args.algorithm} seed {args.seed}: {curve} -> {path}")
+
+
+if __name__ == "__main__":
+    main()
