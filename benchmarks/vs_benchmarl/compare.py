@@ -8,7 +8,8 @@ feeds it BenchMARL's collected batch and minibatch, and compares, check by check
 - ``networks``: the torchrl loss's parameter tensors by attribute (actor, critic, mixer, targets…), shapes in order;
 - ``process_batch``: the keys both sides train on (team reward/done, value targets, advantages);
 - ``loss terms`` and the loss's ``outputs`` (values, TD errors) on the same weights and minibatch;
-- ``grads``: every gradient after clipping; ``weights after``: after the optimizer step and the target update;
+- ``grads``: every gradient after clipping; ``weights after``: after the optimizer step and the target update, and
+  again after 20 more updates on minibatches from a seeded generator (Adam's state and the target updater carried);
 - ``exploration``: epsilon / noise scale at every iteration of a whole anneal, and the actions the collection policy
   takes (exploration included) for the same observations and random draws.
 
@@ -38,7 +39,7 @@ sys.path.insert(0, str(ROOT))  # the checkout this script sits in, whichever lit
 OUT = ROOT / "benchmarks" / "out" / "vs_benchmarl"
 VENV = Path(os.environ.get("LIT_MARL_BENCHMARL_VENV", ROOT / ".venv-benchmarl"))
 RTOL, ATOL = 1e-5, 1e-6
-MINIBATCH_SEED, ACTION_SEED = 1234, 7  # reference.py's
+MINIBATCH_SEED, ACTION_SEED, MORE_UPDATES = 1234, 7, 20  # reference.py's
 GROUP = "agents"
 
 #: algorithm → (lit-marl config, extra command-line arguments)
@@ -232,6 +233,25 @@ def compare(algorithm: str, max_frames: int) -> Checks:
     for attr, tensors in ref["params_after"].items():
         for i, (mine, theirs) in enumerate(zip(params.get(attr, []), tensors)):
             checks.close(f"weights after: {attr}[{i}]", mine, theirs)
+
+    # 20 more updates on minibatches from the same seeded generator (Adam's state, target updater carried along)
+    generator = torch.Generator().manual_seed(MINIBATCH_SEED)
+    flat_batch = processed.reshape(-1)
+    torch.randperm(flat_batch.shape[0], generator=generator)  # as reference.py drew the first minibatch
+    size = len(ref["indices"])
+    for _ in range(MORE_UPDATES):
+        batch = flat_batch[torch.randint(flat_batch.shape[0], (size,), generator=generator)].clone()
+        optimizer.zero_grad()
+        terms = model.loss(GROUP, model.group_batch(_keyed(batch), GROUP) if not model.on_policy else batch)
+        sum(v for k, v in terms.items() if k == "loss" or k.startswith("loss_")).backward()
+        model.configure_gradient_clipping(optimizer, gradient_clip_val=float(ref["meta"]["config"]["clip_grad_val"]),
+                                          gradient_clip_algorithm="norm")
+        optimizer.step()
+        if updater is not None:
+            updater.step()
+    for attr, tensors in ref["params_after_more"].items():
+        for i, (mine, theirs) in enumerate(zip(params.get(attr, []), tensors)):
+            checks.close(f"weights after {MORE_UPDATES + 1} updates: {attr}[{i}]", mine, theirs)
 
     # exploration over a whole anneal
     schedule = ref["exploration"]

@@ -6,7 +6,8 @@ lit-marl, and writes what BenchMARL computes for one algorithm on vmas/balance w
 - the first collected batch, raw (before ``process_batch``) and as ``process_batch`` leaves it;
 - one update on a fixed minibatch of that batch (indices from a seeded permutation): every loss term, the outputs the
   loss writes (values, TD errors, advantages), the gradients after BenchMARL's own clipping (``Experiment._grad_clip``),
-  the weights after its optimizers' steps, the target networks after its target updater's step;
+  the weights after its optimizers' steps, the target networks after its target updater's step, and both again after
+  20 more updates on minibatches from a seeded generator (Adam's state and the target updater carried along);
 - exploration: epsilon or the noise scale at each iteration of a whole anneal, and the actions the collection policy
   (exploration included) takes for 50 observations of the batch, from a seeded generator.
 
@@ -32,6 +33,7 @@ ALGORITHMS = {
 }
 MINIBATCH_SEED = 1234
 ACTION_SEED = 7
+MORE_UPDATES = 20
 GROUP = "agents"
 
 
@@ -120,6 +122,21 @@ def main() -> None:
             exp.target_updaters[GROUP].step()
         after = loss_params(loss)
 
+        # MORE_UPDATES further updates on minibatches drawn by a seeded generator: Adam's state and the target
+        # updater's counters carried from step to step
+        for _ in range(MORE_UPDATES):
+            batch = flat_batch[torch.randint(flat_batch.shape[0], (size,), generator=generator)].clone()
+            loss_vals = exp.algorithm.process_loss_vals(GROUP, loss(batch))
+            for loss_name, value in loss_vals.items():
+                if loss_name in exp.optimizers[GROUP]:
+                    value.backward()
+                    exp._grad_clip(exp.optimizers[GROUP][loss_name])
+                    exp.optimizers[GROUP][loss_name].step()
+                    exp.optimizers[GROUP][loss_name].zero_grad()
+            if exp.target_updaters[GROUP] is not None:
+                exp.target_updaters[GROUP].step()
+        after_more = loss_params(loss)
+
         # exploration over a whole anneal (one step per iteration, after its training, as BenchMARL's loop does)
         policy = exp.group_policies[GROUP]
         explore = policy[-1] if hasattr(policy, "__getitem__") else policy
@@ -145,7 +162,7 @@ def main() -> None:
         "params": initial, "raw_batch": flat(raw), "processed_batch": flat(processed), "indices": indices,
         "minibatch_out": flat(minibatch), "loss_terms": terms, "grad_norms": norms,
         "grads": {k: [g if g is not None else torch.zeros(0) for g in v] for k, v in grads.items()},
-        "params_after": after, "exploration": schedule, "observations": flat(observations),
+        "params_after": after, "params_after_more": after_more, "exploration": schedule, "observations": flat(observations),
         "collection_actions": acted.get((GROUP, "action")).clone(),
     }, args.out)
     print(f"{args.algorithm}: {args.out}")
