@@ -43,7 +43,7 @@ from lit_marl.checkpoint import (
     read_checkpoint,
 )
 from lit_marl.cli_args import merge_simulator_kwargs
-from lit_marl.cli_errors import LitMarlArgumentParser
+from lit_marl.cli_errors import LitMarlArgumentParser, find_cause
 from lit_marl.distributed import check_shares, check_strategy
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, NumericalError, check_gradient_clipping
@@ -319,13 +319,7 @@ def _find_config_error(err: BaseException | None) -> ConfigError | None:
     ``adapt_typehints`` → ``raise_union_unexpected_value``, "Does not validate against any of the Union subtypes")
     in a ValueError whose ``__cause__`` is the ConfigError; a task's, and a simulator's refusal of the task's
     arguments (``Task.probing``), arrive the same way."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, ConfigError):
-            return err
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
-    return None
+    return find_cause(err, ConfigError)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def explain(message: str, ex: BaseException | None = None, parser: Any = None) -
     """One line for jsonargparse's error ``message`` (and the exception ``ex`` behind it): the field first, then the
     value and what is allowed; for an unknown key the closest accepted keys of its level; for YAML the file and
     line. Falls back to jsonargparse's innermost message."""
-    yaml_error = _find(ex, yaml.MarkedYAMLError)
+    yaml_error = find_cause(ex, yaml.MarkedYAMLError)
     if yaml_error is not None:
         return _explain_yaml(yaml_error)
     problem = _walk(message)
@@ -269,7 +269,8 @@ def _class_hint(class_path: str) -> str:
     return did_you_mean(name, classes, prefix=f"{module_name}.").strip()
 
 
-def _find(err: BaseException | None, kind: type) -> Any:
+def find_cause(err: BaseException | None, kind: type) -> Any:
+    """The first exception of ``kind`` in ``err``'s chain of causes and contexts, or None."""
     seen = set()
     while err is not None and id(err) not in seen:
         if isinstance(err, kind):
@@ -280,7 +281,7 @@ def _find(err: BaseException | None, kind: type) -> Any:
 
 
 def _mark_file(err: BaseException, path: str) -> None:
-    yaml_error = _find(err, yaml.MarkedYAMLError)
+    yaml_error = find_cause(err, yaml.MarkedYAMLError)
     if yaml_error is not None and getattr(yaml_error, "lit_marl_file", None) is None:
         yaml_error.lit_marl_file = path
 
