@@ -6,7 +6,8 @@ the same seeds and frames, evaluated at the same frame counts (10 deterministic 
     python benchmarks/vs_benchmarl/learning.py table --algorithms qmix                           # the table, with CIs
 
 Each run writes ``benchmarks/out/vs_benchmarl/learning/<side>_<algorithm>_seed<seed>.json`` ({frames: mean
-evaluation return}); runs may go side by side (one torch thread each). ``table`` prints, per algorithm and
+evaluation return}) and ``….training.json`` beside it (the mean return of the episodes each collection finished,
+iteration by iteration); runs may go side by side (one torch thread each). ``table`` prints, per algorithm and
 evaluation, both sides' mean over seeds and the difference of means (lit-marl − BenchMARL) with a bootstrap 95 % CI
 over seeds (``lit_marl.evaluation.statistics``), and writes ``learning.json`` beside the runs.
 """
@@ -41,6 +42,26 @@ ALGORITHMS = {
 }
 
 
+try:  # BenchMARL's venv only (BenchMARL pickles its callbacks: the class must live at module level)
+    from benchmarl.experiment.callback import Callback as _BenchmarlCallback
+except ImportError:
+    _BenchmarlCallback = object
+
+
+class TrainingReturns(_BenchmarlCallback):
+    """The mean return of the episodes that ended in each collected batch (lit-marl's
+    ``collection/reward/episode_reward_mean``), recorded by BenchMARL's ``on_batch_collected``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.training: list[float] = []
+
+    def on_batch_collected(self, batch) -> None:
+        finished = batch.get(("next", "done")).reshape(*batch.batch_size, -1).any(-1)
+        returns = batch.get(("next", "agents", "episode_reward")).reshape(*batch.batch_size, -1).mean(-1)
+        self.training.append(float(returns[finished].mean()))
+
+
 def result_path(side: str, algorithm: str, seed: int) -> Path:
     return OUT / f"{side}_{algorithm}_seed{seed}.json"
 
@@ -61,16 +82,18 @@ def run_benchmarl(algorithm: str, seed: int, frames: int, eval_every: int) -> di
         config.checkpoint_interval, config.checkpoint_at_end = 0, False
         config.prefer_continuous_actions = continuous
         config.sampling_device = config.train_device = "cpu"
+        returns = TrainingReturns()
         experiment = Experiment(task=VmasTask.BALANCE.get_from_yaml(),
                                 algorithm_config=getattr(algorithms, config_name).get_from_yaml(),
                                 model_config=MlpConfig.get_from_yaml(), critic_model_config=MlpConfig.get_from_yaml(),
-                                seed=seed, config=config)
+                                seed=seed, config=config, callbacks=[returns])
         experiment.run()
         (path,) = Path(folder).rglob("*.json")
         data = json.loads(path.read_text())
     seeds = data["vmas"]["balance"][algorithm][f"seed_{seed}"]
-    return {int(v["step_count"]): sum(v["return"]) / len(v["return"])
-            for k, v in seeds.items() if k.startswith("step_")}
+    evaluations = {int(v["step_count"]): sum(v["return"]) / len(v["return"])
+                   for k, v in seeds.items() if k.startswith("step_")}
+    return evaluations, {FRAMES_PER_BATCH * (i + 1): r for i, r in enumerate(returns.training)}
 
 
 def run_lit_marl(algorithm: str, seed: int, frames: int, eval_every: int) -> dict[int, float]:
@@ -85,8 +108,11 @@ def run_lit_marl(algorithm: str, seed: int, frames: int, eval_every: int) -> dic
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
         (metrics,) = Path(folder).rglob("metrics.csv")
         with open(metrics, newline="") as f:
-            rows = [r for r in csv.DictReader(f) if r.get("val/return")]
-    return {int(float(r["counters/frames"])): float(r["val/return"]) for r in rows}
+            rows = list(csv.DictReader(f))
+    evaluations = {int(float(r["counters/frames"])): float(r["val/return"]) for r in rows if r.get("val/return")}
+    training = {int(float(r["counters/frames"])): float(r["collection/reward/episode_reward_mean"]) for r in rows
+                if r.get("collection/reward/episode_reward_mean")}
+    return evaluations, training
 
 
 def table(algorithms: list[str], seeds: list[int]) -> dict:
@@ -146,11 +172,14 @@ def main() -> None:
         subprocess.run(["bash", str(ROOT / "benchmarks" / "vs_benchmarl" / "setup.sh")], check=True)
         subprocess.run([str(VENV / "bin" / "python"), __file__, *sys.argv[1:], "--inside_venv"], check=True)
         return
-    curve = (run_benchmarl if args.side == "benchmarl" else run_lit_marl)(args.algorithm, args.seed, args.frames,
-                                                                         args.eval_every)
+    curve, training = (run_benchmarl if args.side == "benchmarl" else run_lit_marl)(args.algorithm, args.seed,
+                                                                                   args.frames, args.eval_every)
     OUT.mkdir(parents=True, exist_ok=True)
     path = result_path(args.side, args.algorithm, args.seed)
     path.write_text(json.dumps({str(k): v for k, v in sorted(curve.items())}, indent=1))
+    # the training side: mean return of the episodes each collection finished, iteration by iteration
+    path.with_suffix(".training.json").write_text(json.dumps({str(k): v for k, v in sorted(training.items())},
+                                                             indent=1))
     print(f"{args.side} {args.algorithm} seed {args.seed}: {curve} -> {path}")
 
 
