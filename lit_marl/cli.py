@@ -18,7 +18,6 @@ overwritten, and two runs started at once never share a folder.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import importlib
 import signal
@@ -195,18 +194,12 @@ class LitMarlCLI(LightningCLI):
             # Lightning's CSV and TensorBoard loggers keep the version they would pick by listing in `_version`
             to_claim._version = claim_version_folder(Path(to_claim.root_dir))
             log_dir = self.trainer.log_dir
-            NEW_RUN_FOLDERS.append(Path(log_dir))  # removed again if this run is refused before it writes
-        elif rank_zero and log_dir is not None and not Path(log_dir).exists():
+        if rank_zero and log_dir is not None and (to_claim is not None or not Path(log_dir).exists()):
+            # made by this run: `main` removes it again if the run is refused before it writes more than its config
+            # (an unwritable folder below included)
             NEW_RUN_FOLDERS.append(Path(log_dir))
         if rank_zero:
-            folder = Path(log_dir if log_dir is not None else self.trainer.default_root_dir)
-            try:
-                check_writable(folder)
-            except ConfigError:
-                if to_claim is not None:
-                    with contextlib.suppress(OSError):
-                        folder.rmdir()  # the empty folder claimed above
-                raise
+            check_writable(Path(log_dir if log_dir is not None else self.trainer.default_root_dir))
         self.model.nan_policy = self.config[self.subcommand].get("nan_policy", "stop")
 
     before_fit = before_validate = before_test = _refuse_used_run_folder

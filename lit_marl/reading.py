@@ -89,7 +89,7 @@ def _cut_short(text: str, err: json.JSONDecodeError) -> bool:
     """Whether the JSON parser stopped because the text ends early (a truncated file) rather than at a bad token."""
     rest = text[err.pos:].strip()
     return (not rest or err.msg.startswith("Unterminated string")
-            or err.msg.startswith("Invalid \\uXXXX escape") and len(rest) < 6
+            or err.msg.startswith("Invalid \\u") and len(rest) < 6  # json's "Invalid \\u<4 hex> escape"
             or any(literal.startswith(rest) for literal in _CUT_LITERALS) or _CUT_NUMBER.fullmatch(rest) is not None)
 
 

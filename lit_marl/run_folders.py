@@ -18,7 +18,8 @@ from lit_marl.errors import ConfigError
 #: where run folders go when neither the logger's save_dir nor trainer.default_root_dir says
 RUNS_ROOT = "runs"
 #: the run folder's logger when the config names none (no save_dir: :func:`place_run_folders` sets it)
-DEFAULT_LOGGER: dict[str, Any] = {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"name": "lit-marl"}}
+DEFAULT_LOGGER: dict[str, Any] = {"class_path": "lightning.pytorch.loggers.CSVLogger",
+                                  "init_args": {"name": "lit-marl"}}
 
 
 def keep_a_run_folder(config: Any) -> None:
@@ -27,20 +28,15 @@ def keep_a_run_folder(config: Any) -> None:
     run's ``config.yaml``, ``metrics.csv``, checkpoints, videos and marl-eval JSON go to its new
     ``runs/lit-marl/version_<n>/`` (or ``<default_root_dir>/lit-marl/…``) and every metric, hyper-parameter and
     video to both."""
-    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-
     trainer = config.get("trainer")
     logger = trainer.get("logger") if trainer is not None else None
     loggers = logger if isinstance(logger, list) else [logger] if isinstance(logger, Namespace) else []
     if not loggers or not isinstance(loggers[0], Namespace) or not loggers[0].get("class_path"):
         return
-    module_name, _, cls_name = str(loggers[0].class_path).rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), cls_name)
-    except (ImportError, AttributeError, ValueError):
-        return  # jsonargparse names it when it instantiates the logger
-    if isinstance(cls, type) and issubclass(cls, (CSVLogger, TensorBoardLogger)):
+    cls = _logger_class(loggers[0].class_path)
+    if cls is None or _versioned(cls):  # (an unknown class: jsonargparse names it when it instantiates the logger)
         return
+    cls_name = cls.__name__
     default = DEFAULT_LOGGER
     root = str(trainer.get("default_root_dir") or RUNS_ROOT)  # as place_run_folders
     trainer["logger"] = [Namespace(class_path=default["class_path"],
@@ -75,14 +71,25 @@ def place_run_folders(config: Any) -> None:
 
 def keeps_version_folders(class_path: Any) -> bool:
     """Whether a logger class writes ``<save_dir>/<name>/version_<n>/`` (CSVLogger, TensorBoardLogger)."""
-    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+    cls = _logger_class(class_path)
+    return cls is not None and _versioned(cls)
 
+
+def _logger_class(class_path: Any) -> type | None:
+    """The class a logger's ``class_path`` names, or None where it does not import (jsonargparse names it when it
+    instantiates the logger)."""
     module_name, _, cls_name = str(class_path or "").rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), cls_name)
     except (ImportError, AttributeError, ValueError):
-        return False  # jsonargparse names it when it instantiates the logger
-    return isinstance(cls, type) and issubclass(cls, (CSVLogger, TensorBoardLogger))
+        return None
+    return cls if isinstance(cls, type) else None
+
+
+def _versioned(cls: type) -> bool:
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    return issubclass(cls, (CSVLogger, TensorBoardLogger))
 
 
 def unversioned_run_folder_logger(trainer: Any) -> Any:

@@ -139,9 +139,9 @@ class MarlAlgorithm(CollectionLoop, ABC):
                 f"allowed: multiples such as {max(1, frames_per_batch // num_envs) * num_envs}"
             )
         self.max_frames = positive_int("max_frames", max_frames)
-        if max_frames < frames_per_batch:  # one iteration collects frames_per_batch: the budget would be overrun silently
-            raise ConfigError(f"max_frames: {max_frames} is smaller than frames_per_batch={frames_per_batch} (one iteration "
-                              f"collects frames_per_batch frames); allowed: max_frames >= frames_per_batch")
+        if max_frames < frames_per_batch:  # one iteration collects frames_per_batch: the budget would be overrun
+            raise ConfigError(f"max_frames: {max_frames} is smaller than frames_per_batch={frames_per_batch} (one "
+                              f"iteration collects frames_per_batch frames); allowed: max_frames >= frames_per_batch")
         self.lr = positive_float("lr", lr)
         self.adam_eps = positive_float("adam_eps", adam_eps)
         self.gamma = unit_interval("gamma", gamma)

@@ -71,8 +71,8 @@ class VmasTask(Task):
                                         "continuous_actions": continuous_actions, "scenario_kwargs": scenario_kwargs,
                                         "agent_groups": agent_groups}, prefix="task.")
         if scenario not in VMAS_SCENARIOS:
-            raise ConfigError(f"task.scenario: unknown VMAS scenario {scenario!r}; {did_you_mean(scenario, VMAS_SCENARIOS)}"
-                              f"allowed: {', '.join(VMAS_SCENARIOS)}")
+            raise ConfigError(f"task.scenario: unknown VMAS scenario {scenario!r}; "
+                              f"{did_you_mean(scenario, VMAS_SCENARIOS)}allowed: {', '.join(VMAS_SCENARIOS)}")
         positive_int("task.max_steps", max_steps)
         if isinstance(agent_groups, str) and agent_groups not in _GROUP_MAP_TYPES:
             raise ConfigError(
