@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import inspect
 import random
@@ -11,6 +12,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 import torch
+from tensordict.nn import TensorDictParams
+
 from lit_marl.errors import ConfigError
 
 T = TypeVar("T")
@@ -75,6 +78,36 @@ def instantiate(value: Any, base: type[T], field: str) -> T:
     raise TypeError(
         f"{field}: expected a {base.__name__} or a {{'class_path', 'init_args'}} mapping, got {value!r}"
     )
+
+
+def deepcopy_keeping_shared_tensors(self: torch.nn.Module, memo: dict[int, Any]) -> torch.nn.Module:
+    """``__deepcopy__`` of a module whose torchrl losses wrap its networks' parameters.
+
+    tensordict's ``TensorDictParams`` deep-copies by ``clone()``, ignoring the copy's memo (checked, tensordict
+    0.14): each loss of a copy would hold parameters of its own, apart from the policy and critic parameters the
+    copy's optimizer updates, and a copy trained (e.g. by an averaging callback) would silently learn nothing. Here
+    the copy is the default one, except that each ``TensorDictParams`` copies its leaves through the memo, so a
+    parameter shared by a network and a loss is copied once and stays shared."""
+    copied = type(self).__new__(type(self))
+    memo[id(self)] = copied
+    default = TensorDictParams.__dict__.get("__deepcopy__")
+    TensorDictParams.__deepcopy__ = _params_through_memo
+    try:
+        state = copy.deepcopy(self.__getstate__(), memo)
+    finally:
+        if default is None:
+            del TensorDictParams.__deepcopy__
+        else:
+            TensorDictParams.__deepcopy__ = default
+    copied.__setstate__(state)
+    return copied
+
+
+def _params_through_memo(self: TensorDictParams, memo: dict[int, Any]) -> TensorDictParams:
+    if id(self) not in memo:
+        leaves = self._param_td.apply(lambda t: copy.deepcopy(t, memo), filter_empty=False)
+        memo[id(self)] = TensorDictParams(leaves, no_convert=True)
+    return memo[id(self)]
 
 
 def pack_numpy_rng(state: tuple) -> dict[str, Any]:

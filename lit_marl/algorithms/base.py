@@ -49,7 +49,7 @@ from lit_marl.errors import (
 )
 from lit_marl.lightning_adapter import attached_trainer, logged_step
 from lit_marl.models import ModelConfig, Mlp
-from lit_marl.utils import instantiate
+from lit_marl.utils import deepcopy_keeping_shared_tensors, instantiate
 
 
 class MarlAlgorithm(CollectionLoop, ABC):
@@ -98,6 +98,7 @@ class MarlAlgorithm(CollectionLoop, ABC):
     #: group, term and iteration, or ``"skip"`` that update (see :class:`~lit_marl.callbacks.NumericalFaultPolicy`).
     #: Set per run with ``lit-marl fit --nan_policy skip`` or on the instance.
     nan_policy: str = "stop"
+    __deepcopy__ = deepcopy_keeping_shared_tensors  # a copy's losses read the tensors its optimizer updates
 
     def __init__(
         self,

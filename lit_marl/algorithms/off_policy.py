@@ -31,6 +31,7 @@ from lit_marl.data.replay import BUFFER_DEVICES, TRAJECTORY_KEY, ReplayShape, bu
 from lit_marl.lightning_adapter import attached_trainer
 from lit_marl.errors import CheckpointError, ConfigError, positive_int, unit_interval
 from lit_marl.models.recurrent import recurrent_state_specs, sequence_mode
+from lit_marl.utils import deepcopy_keeping_shared_tensors
 
 
 
@@ -210,6 +211,16 @@ class OffPolicyAlgorithm(MarlAlgorithm):
         masks = {(g, "action"): self.task.action_mask_key(g) for g in self.groups}
         self._random_switch["policy"] = RandomUntil(TensorDictSequential(*modules), specs, masks)
         return self._random_switch["policy"]
+
+    @override
+    def __deepcopy__(self, memo: dict[int, Any]) -> OffPolicyAlgorithm:
+        copied = deepcopy_keeping_shared_tensors(self, memo)
+        for updater in copied._target_updaters.values():
+            # each updater caches TensorDicts of its loss's networks; dropped, they are rebuilt from the copy's losses
+            # (copied, they would be detached clones: the copy's target networks would never move)
+            for cached in ("_sources_val", "_targets_val"):
+                updater.__dict__.pop(cached, None)
+        return copied
 
     # ------------------------------------------------------------------ buffers
     def group_keys(self, group: str) -> list:
