@@ -72,6 +72,23 @@ def test_paired_difference_ci_excludes_zero_only_when_one_is_better():
     assert noise["mean_difference"]["ci_low"] < 0 < noise["mean_difference"]["ci_high"]
 
 
+
+def test_independent_difference_resamples_each_side_on_its_own():
+    a, b = np.array([1.0, 2.0, 6.0]), np.array([0.0, 1.0])
+    result = st.independent_difference(a, b, n_resamples=20_000)
+    assert result["mean_difference"]["value"] == pytest.approx(3.0 - 0.5)
+    # 6 pairs: 1 beats 0 and ties 1 (a half), 2 and 6 beat both
+    assert result["probability_a_better"] == pytest.approx((1 + 0.5 + 2 + 2) / 6)
+    rng = np.random.default_rng(1)  # the oracle: each side resampled with replacement on its own
+    picks_a, picks_b = rng.integers(0, 3, (20_000, 3)), rng.integers(0, 2, (20_000, 2))
+    low, high = np.percentile(a[picks_a].mean(-1) - b[picks_b].mean(-1), [2.5, 97.5])
+    assert result["mean_difference"]["ci_low"] == pytest.approx(low, abs=0.1)
+    assert result["mean_difference"]["ci_high"] == pytest.approx(high, abs=0.1)
+    # unequal sizes are fine (unlike pairs); an empty side is refused by name
+    assert st.independent_difference(a, np.array([5.0]))["runs"] == [3, 1]
+    with pytest.raises(ConfigError, match="runs: .*non-empty"):
+        st.independent_difference(a, [])
+
 def _marl_eval(path: Path, task: str, algorithm: str, seed: int, curve: list[float]) -> None:
     steps = {f"step_{k}": {"step_count": 100 * (k + 1), "return": [v - 0.5, v + 0.5], "agents_return": [v, v]}
              for k, v in enumerate(curve)}

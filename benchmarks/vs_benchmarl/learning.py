@@ -15,6 +15,7 @@ over seeds (``lit_marl.evaluation.statistics``), and writes ``learning.json`` be
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -96,16 +97,19 @@ def run_benchmarl(algorithm: str, seed: int, frames: int, eval_every: int) -> di
     return evaluations, {FRAMES_PER_BATCH * (i + 1): r for i, r in enumerate(returns.training)}
 
 
-def run_lit_marl(algorithm: str, seed: int, frames: int, eval_every: int) -> dict[int, float]:
-    """``lit-marl fit`` with the shipped config (the real command-line path); the evaluations from metrics.csv."""
+def run_lit_marl(algorithm: str, seed: int, frames: int, eval_every: int,
+                 workdir: Path | None = None) -> dict[int, float]:
+    """``lit-marl fit`` with the shipped config (the real command-line path); the evaluations from metrics.csv
+    (the run's folder is kept under ``workdir`` where one is given: its metrics.csv grows as the run goes)."""
     _, _, config, extra = ALGORITHMS[algorithm]
-    with tempfile.TemporaryDirectory() as folder:
+    with _run_folder(workdir, f"lit-marl_{algorithm}_seed{seed}") as folder:
         subprocess.run([sys.executable, "-m", "lit_marl.cli", "fit", "--config", str(ROOT / "configs" / config),
                         *extra, "--seed_everything", str(seed), "--model.init_args.max_frames", str(frames),
                         "--trainer.check_val_every_n_epoch", str(eval_every // FRAMES_PER_BATCH),
                         "--checkpoint.every_n_epochs", "100000", "--trainer.default_root_dir", folder,
                         "--trainer.enable_progress_bar", "false"], check=True, cwd=ROOT,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                           filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))))
         (metrics,) = Path(folder).rglob("metrics.csv")
         with open(metrics, newline="") as f:
             rows = list(csv.DictReader(f))
@@ -115,9 +119,23 @@ def run_lit_marl(algorithm: str, seed: int, frames: int, eval_every: int) -> dic
     return evaluations, training
 
 
+@contextlib.contextmanager
+def _run_folder(workdir: Path | None, name: str):
+    if workdir is None:
+        with tempfile.TemporaryDirectory() as folder:
+            yield folder
+        return
+    folder = Path(workdir) / name
+    folder.mkdir(parents=True, exist_ok=False)  # a kept folder is never reused: its metrics would mix two runs
+    yield str(folder)
+
+
 def table(algorithms: list[str], seeds: list[int]) -> dict:
+    """Per algorithm and evaluation: both sides' returns over the seeds run on both, their means, and the difference
+    of means (lit-marl − BenchMARL) with a bootstrap 95 % CI resampling each side on its own: the same seed number
+    gives the two implementations different random streams, so the runs are two samples, not pairs."""
     sys.path.insert(0, str(ROOT))
-    from lit_marl.evaluation.statistics import paired_difference
+    from lit_marl.evaluation.statistics import independent_difference
 
     out: dict = {}
     for algorithm in algorithms:
@@ -133,10 +151,13 @@ def table(algorithms: list[str], seeds: list[int]) -> dict:
         for f in frames:
             bm = [runs["benchmarl"][s][f] for s in common]
             lm = [runs["lit-marl"][s][f] for s in common]
-            diff = paired_difference(lm, bm) if len(common) > 1 else None
+            diff = independent_difference(lm, bm) if len(common) > 1 else None
             rows.append({"frames": int(f), "seeds": common, "benchmarl": bm, "lit_marl": lm,
                          "benchmarl_mean": sum(bm) / len(bm), "lit_marl_mean": sum(lm) / len(lm),
-                         "difference": diff["mean_difference"] if diff else None})
+                         "difference": diff["mean_difference"] if diff else None,
+                         "probability_lit_marl_better": diff["probability_a_better"] if diff else None,
+                         # the claim "learns as well" is made only where the CI includes 0 or favours lit-marl
+                         "learns_as_well": bool(diff and diff["mean_difference"]["ci_high"] >= 0)})
         out[algorithm] = rows
     return out
 
@@ -150,6 +171,7 @@ def main() -> None:
     run.add_argument("--seed", type=int, required=True)
     run.add_argument("--frames", type=int, default=120_000)
     run.add_argument("--eval_every", type=int, default=60_000, help="frames between evaluations")
+    run.add_argument("--workdir", type=Path, help="lit-marl side: keep the run's folder here (else a temporary one)")
     run.add_argument("--inside_venv", action="store_true", help=argparse.SUPPRESS)
     tab = sub.add_parser("table")
     tab.add_argument("--algorithms", nargs="+", choices=sorted(ALGORITHMS), default=sorted(ALGORITHMS))
@@ -159,21 +181,27 @@ def main() -> None:
         result = table(args.algorithms, args.seeds)
         OUT.mkdir(parents=True, exist_ok=True)
         (OUT / "learning.json").write_text(json.dumps(result, indent=1))
-        print("| algorithm | frames | seeds | BenchMARL mean | lit-marl mean | difference [95 % CI] |")
-        print("|---|---|---|---|---|---|")
+        print("| algorithm | frames | seeds | BenchMARL per seed | lit-marl per seed | BenchMARL mean | lit-marl mean "
+              "| difference [95 % CI] | P(lit-marl better) | learns as well |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for algorithm, rows in result.items():
             for r in rows:
                 d = r["difference"]
                 ci = f"{d['value']:+.2f} [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}]" if d else "—"
-                print(f"| {algorithm} | {r['frames']} | {len(r['seeds'])} | {r['benchmarl_mean']:.2f} | "
-                      f"{r['lit_marl_mean']:.2f} | {ci} |")
+                p = f"{r['probability_lit_marl_better']:.2f}" if d else "—"
+                per_seed = [" / ".join(f"{v:.1f}" for v in r[k]) for k in ("benchmarl", "lit_marl")]
+                print(f"| {algorithm} | {r['frames'] // 1000}k | {len(r['seeds'])} | {per_seed[0]} | {per_seed[1]} | "
+                      f"{r['benchmarl_mean']:.2f} | {r['lit_marl_mean']:.2f} | {ci} | {p} | "
+                      f"{'yes' if r['learns_as_well'] else '**no**'} |")
         return
     if args.side == "benchmarl" and not args.inside_venv:  # re-run this script in BenchMARL's venv
         subprocess.run(["bash", str(ROOT / "benchmarks" / "vs_benchmarl" / "setup.sh")], check=True)
         subprocess.run([str(VENV / "bin" / "python"), __file__, *sys.argv[1:], "--inside_venv"], check=True)
         return
-    curve, training = (run_benchmarl if args.side == "benchmarl" else run_lit_marl)(args.algorithm, args.seed,
-                                                                                   args.frames, args.eval_every)
+    if args.side == "benchmarl":
+        curve, training = run_benchmarl(args.algorithm, args.seed, args.frames, args.eval_every)
+    else:
+        curve, training = run_lit_marl(args.algorithm, args.seed, args.frames, args.eval_every, args.workdir)
     OUT.mkdir(parents=True, exist_ok=True)
     path = result_path(args.side, args.algorithm, args.seed)
     path.write_text(json.dumps({str(k): v for k, v in sorted(curve.items())}, indent=1))

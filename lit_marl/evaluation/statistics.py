@@ -112,6 +112,26 @@ def paired_difference(a: Sequence[float], b: Sequence[float], confidence: float 
     }
 
 
+
+def independent_difference(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE,
+                           n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict[str, Any]:
+    """``mean(a) - mean(b)`` of two independent samples (runs of two implementations: the same seed numbers on
+    both sides share no random stream, so the runs are not pairs), with a bootstrap CI resampling each side on its
+    own, and ``P(a > b)``: the chance that a run of ``a`` beats one of ``b`` (ties count half)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.ndim != 1 or b.ndim != 1 or a.size == 0 or b.size == 0:
+        raise ConfigError(f"runs: a difference of means needs two non-empty lists, got shapes {a.shape} and {b.shape}")
+    wins = (a[:, None] > b[None, :]).mean() + 0.5 * (a[:, None] == b[None, :]).mean()
+    return {
+        "mean_difference": estimate([a, b], _difference_of_means, confidence, n_resamples, seed),
+        "probability_a_better": float(wins),
+        "runs": [int(a.size), int(b.size)],
+    }
+
+
+def _difference_of_means(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(a, axis=axis) - np.mean(b, axis=axis)
+
 # ---------------------------------------------------------------------------- benchmark statistics
 def min_max_normalise(scores: dict[str, np.ndarray], low: np.ndarray | None = None,
                       high: np.ndarray | None = None) -> dict[str, np.ndarray]:
