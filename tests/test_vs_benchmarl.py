@@ -2,8 +2,8 @@
 
 The ``benchmarl`` tests run BenchMARL itself in a venv of its own (``setup.sh`` makes it on first use: torchrl 0.11
 cannot share lit-marl's environment) and compare, for every algorithm on vmas/balance at BenchMARL's defaults, the
-networks, process_batch, loss terms and outputs, clipped gradients, weights after the step and target update, and
-exploration (``compare.py``'s docstring). ``pytest -m benchmarl``; CI runs them. The others check the harness's own
+networks, process_batch, loss terms and outputs, clipped gradients, weights after the step and target update,
+exploration and the environment itself (``compare.py``'s docstring). ``pytest -m benchmarl``; CI runs them. The others check the harness's own
 logic and run in the default suite."""
 
 from __future__ import annotations
@@ -81,3 +81,21 @@ def test_the_harness_finds_the_qmix_clipping_that_differed(monkeypatch):
     assert any(name.startswith("grad local_value_network_params") for name in failed), failed
     assert any(name.startswith("weights after: mixer_network_params") for name in failed), failed
     assert not any(name.startswith(("loss term", "process_batch", "networks")) for name in failed), failed
+
+
+@pytest.mark.benchmarl
+def test_the_harness_finds_an_environment_that_differs(monkeypatch):
+    """A task configured otherwise than BenchMARL's (a lighter package here) steps other physics: the harness's
+    environment rollout must see it, and nothing that is not the environment must."""
+    from lit_marl.envs.vmas import VmasTask
+
+    make_env = VmasTask._make_env
+
+    def lighter_package(self, *args, **kwargs):
+        self.scenario_kwargs = {**self.scenario_kwargs, "package_mass": 4}
+        return make_env(self, *args, **kwargs)
+
+    monkeypatch.setattr(VmasTask, "_make_env", lighter_package)
+    failed = {row["check"] for row in harness.compare("iql", 120_000).failed}
+    assert any(name.startswith("env: next/agents/observation") for name in failed), failed
+    assert all(name.startswith("env: ") for name in failed), failed

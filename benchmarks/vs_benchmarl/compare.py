@@ -11,7 +11,9 @@ feeds it BenchMARL's collected batch and minibatch, and compares, check by check
 - ``grads``: every gradient after clipping; ``weights after``: after the optimizer step and the target update, and
   again after 20 more updates on minibatches from a seeded generator (Adam's state and the target updater carried);
 - ``exploration``: epsilon / noise scale at every iteration of a whole anneal, and the actions the collection policy
-  takes (exploration included) for the same observations and random draws.
+  takes (exploration included) for the same observations and random draws;
+- ``env``: 250 steps of lit-marl's training env for the config's task against BenchMARL's, from the same seeded reset
+  with the same actions (``reference.env_rollout``): observations, rewards, done and terminated, resets included.
 
     python benchmarks/vs_benchmarl/compare.py --algorithms qmix maddpg      # runs setup.sh and reference.py too
     python benchmarks/vs_benchmarl/compare.py --all
@@ -36,6 +38,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the checkout this script sits in, whichever lit-marl is installed
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # reference.env_rollout, shared by both sides
 OUT = ROOT / "benchmarks" / "out" / "vs_benchmarl"
 VENV = Path(os.environ.get("LIT_MARL_BENCHMARL_VENV", ROOT / ".venv-benchmarl"))
 RTOL, ATOL = 1e-5, 1e-6
@@ -252,6 +255,15 @@ def compare(algorithm: str, max_frames: int) -> Checks:
     for attr, tensors in ref["params_after_more"].items():
         for i, (mine, theirs) in enumerate(zip(params.get(attr, []), tensors)):
             checks.close(f"weights after {MORE_UPDATES + 1} updates: {attr}[{i}]", mine, theirs)
+
+    # the environment: lit-marl's task (the config's) against BenchMARL's, the same seeded reset and actions
+    from reference import ENV_COUNT, env_rollout
+
+    env = model.task.make_env(num_envs=ENV_COUNT, seed=0, device="cpu")
+    rollout = env_rollout(env, ref["meta"]["continuous"])
+    env.close()
+    for key, value in ref["env_rollout"].items():
+        checks.close(f"env: {key} over {value.shape[1]} steps", rollout[key], value)
 
     # exploration over a whole anneal
     schedule = ref["exploration"]

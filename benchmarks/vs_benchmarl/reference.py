@@ -9,7 +9,9 @@ lit-marl, and writes what BenchMARL computes for one algorithm on vmas/balance w
   the weights after its optimizers' steps, the target networks after its target updater's step, and both again after
   20 more updates on minibatches from a seeded generator (Adam's state and the target updater carried along);
 - exploration: epsilon or the noise scale at each iteration of a whole anneal, and the actions the collection policy
-  (exploration included) takes for 50 observations of the batch, from a seeded generator.
+  (exploration included) takes for 50 observations of the batch, from a seeded generator;
+- the environment: 250 steps of BenchMARL's own training env (10 envs, its task config) from a seeded reset, with
+  actions from a seeded generator (:func:`env_rollout`): observations, rewards, done and terminated, resets included.
 
     .venv-benchmarl/bin/python benchmarks/vs_benchmarl/reference.py --algorithm qmix --out ref_qmix.pt
 
@@ -35,6 +37,30 @@ MINIBATCH_SEED = 1234
 ACTION_SEED = 7
 MORE_UPDATES = 20
 GROUP = "agents"
+ENV_SEED, ENV_ACTION_SEED, ENV_STEPS, ENV_COUNT = 11, 5, 250, 10
+
+
+def env_rollout(env, continuous: bool) -> dict[str, torch.Tensor]:
+    """``ENV_STEPS`` steps of ``env`` (``ENV_COUNT`` vectorised envs) from a reset seeded with ``ENV_SEED``, each
+    agent's action drawn uniformly from its action space by a generator seeded with ``ENV_ACTION_SEED``; episodes
+    that end are reset by the rollout. Shared by both sides: compare.py imports it (it needs torch only)."""
+    spec = env.full_action_spec[GROUP, "action"]
+    generator = torch.Generator().manual_seed(ENV_ACTION_SEED)
+
+    def policy(td):
+        if continuous:
+            low, high = spec.space.low, spec.space.high
+            action = low + (high - low) * torch.rand(spec.shape, generator=generator)
+        else:
+            action = torch.randint(0, spec.space.n, spec.shape, generator=generator)
+        td.set((GROUP, "action"), action)
+        return td
+
+    env.set_seed(ENV_SEED)
+    rollout = env.rollout(max_steps=ENV_STEPS, policy=policy, break_when_any_done=False)
+    keys = [(GROUP, "observation"), (GROUP, "action"), ("next", GROUP, "reward"), ("next", GROUP, "observation"),
+            ("next", "done"), ("next", "terminated")]
+    return {"/".join(k): rollout.get(k).clone() for k in keys}
 
 
 def flat(td) -> dict[str, torch.Tensor]:
@@ -150,6 +176,10 @@ def main() -> None:
                     explore.step(frames_per_batch)
                 schedule["name"] = attr
                 break
+        env = exp.task.get_env_fun(num_envs=ENV_COUNT, continuous_actions=ALGORITHMS[args.algorithm][1], seed=0,
+                                   device="cpu")()
+        rollout = env_rollout(env, ALGORITHMS[args.algorithm][1])
+        env.close()
         hyper = {k: v for k, v in vars(exp.config).items() if isinstance(v, (int, float, bool, str)) or v is None}
         hyper.update({f"algorithm.{k}": v for k, v in vars(exp.algorithm_config).items()
                       if isinstance(v, (int, float, bool, str)) or v is None})
@@ -163,7 +193,7 @@ def main() -> None:
         "minibatch_out": flat(minibatch), "loss_terms": terms, "grad_norms": norms,
         "grads": {k: [g if g is not None else torch.zeros(0) for g in v] for k, v in grads.items()},
         "params_after": after, "params_after_more": after_more, "exploration": schedule, "observations": flat(observations),
-        "collection_actions": acted.get((GROUP, "action")).clone(),
+        "collection_actions": acted.get((GROUP, "action")).clone(), "env_rollout": rollout,
     }, args.out)
     print(f"{args.algorithm}: {args.out}")
 
