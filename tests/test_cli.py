@@ -53,6 +53,12 @@ CONFIG_OVERRIDES = {
               "--model.init_args.minibatch_size", "20", "--model.init_args.evaluation_episodes", "1",
               "--model.init_args.task.init_args.max_steps", "10"]
        for name in ("mappo_meltingpot_collaborative_cooking.yaml", "mappo_meltingpot_prisoners_dilemma.yaml")},
+    # LBF: one iteration is 500 frames (10 episodes of 50 steps); evaluate 2 episodes, not EPyMARL's 100
+    "mappo_lbf.yaml": ["--model.init_args.evaluation_episodes", "2"],
+    # RWARE's 500-step episodes: 2 episodes of 50 steps, 1 evaluation episode, a batch smaller than EPyMARL's 16000
+    "qmix_rware.yaml": ["--model.init_args.frames_per_batch", "100", "--model.init_args.num_envs", "2",
+                        "--model.init_args.train_batch_size", "64", "--model.init_args.evaluation_episodes", "1",
+                        "--model.init_args.task.init_args.max_steps", "50"],
     # seven players on a 144x192 map, 45 ms a step and 2 s a reset: one episode of 10 steps
     "ippo_meltingpot_commons_harvest.yaml": ["--model.init_args.frames_per_batch", "10",
                                              "--model.init_args.num_envs", "1", "--model.init_args.minibatch_size",
