@@ -10,6 +10,7 @@
     lit-marl report runs/benchmarks/vmas_on_policy --out report/           # plots and tables
     lit-marl compare <eval folder A> <eval folder B>                       # paired difference with a CI
     lit-marl export --ckpt_path runs/<run>/checkpoints/last.ckpt --format onnx  # deployable per-group policies
+    lit-marl tune --config configs/quickstart.yaml --space space.yaml --trials 20 --workers 2   # Optuna search
 
 Every run writes into a new folder ``runs/<name>/version_<n>/`` (``config.yaml``, ``metrics.csv``,
 ``checkpoints/``; ``--trainer.default_root_dir DIR`` puts it under ``DIR/<name>/``): nothing of an earlier run is
@@ -224,6 +225,7 @@ RESULT_COMMANDS = {
     "report": "lit_marl.evaluation.results",
     "compare": "lit_marl.evaluation.evaluate",
     "export": "lit_marl.export",
+    "tune": "lit_marl.tune.command",
 }
 
 

@@ -16,7 +16,8 @@ import lit_marl
 ROOT = Path(lit_marl.__file__).parent
 MAX_LINES = 450
 #: packages whose overriding methods must say so with ``@override``
-OVERRIDE_PACKAGES = ("lit_marl.algorithms", "lit_marl.envs", "lit_marl.models", "lit_marl.data", "lit_marl.callbacks")
+OVERRIDE_PACKAGES = ("lit_marl.algorithms", "lit_marl.envs", "lit_marl.models", "lit_marl.data", "lit_marl.callbacks",
+                     "lit_marl.tune")
 
 
 def _sources() -> list[Path]:
