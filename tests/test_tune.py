@@ -281,6 +281,15 @@ def _tiny_study_files(tmp_path: Path) -> tuple[Path, Path]:
     return config_path, space
 
 
+def test_tune_help_lists_its_options(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tune", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: lit-marl tune") and all(
+        option in out for option in ("--config", "--space", "--trials", "--workers", "--out", "--pruner"))
+
+
 def test_a_bad_space_stops_the_command_before_anything_is_written(tmp_path, capsys):
     config, space = _tiny_study_files(tmp_path)
     space.write_text(yaml.safe_dump({"space": {"model.init_args.clip_epsilom": LR}}))
@@ -300,6 +309,7 @@ def test_a_one_trial_study_writes_a_best_config_that_runs(tmp_path, capsys):
     with open(study_dir / "trials" / "trial_0000" / "seed_0" / "train" / "version_0" / "metrics.csv") as f:
         returns = [float(r["val/return"]) for r in csv.DictReader(f) if r.get("val/return")]
     assert trial.state == TrialState.COMPLETE and trial.value == returns[-1]  # the run's last val/return
+    assert trial.intermediate_values == {40: returns[-1]}  # reported from inside the fit process
     best = yaml.safe_load((study_dir / "best.yaml").read_text())
     assert best["model"]["init_args"]["lr"] == trial.params["model.init_args.lr"]
     assert best["model"]["init_args"]["clip_epsilon"] == trial.params["model.init_args.clip_epsilon"]
@@ -315,6 +325,32 @@ def test_a_one_trial_study_writes_a_best_config_that_runs(tmp_path, capsys):
     main(["fit", "--config", str(study_dir / "best.yaml")])  # best.yaml is a config lit-marl fit runs
     (metrics,) = Path("runs").glob("*/version_0/metrics.csv")
     assert np.isfinite([float(r["val/return"]) for r in csv.DictReader(open(metrics)) if r.get("val/return")]).all()
+
+
+def test_a_clearly_worse_trial_is_pruned_in_its_fit(tmp_path):
+    config, space = _tiny_study_files(tmp_path)
+    data = yaml.safe_load(config.read_text())
+    data["model"]["init_args"]["max_frames"] = 120  # three iterations, each evaluated, unless pruned
+    config.write_text(yaml.safe_dump(data))
+    space_data = yaml.safe_load(space.read_text())
+    space_data["pruner"] = {"type": "median", "n_startup_trials": 1}
+    space.write_text(yaml.safe_dump(space_data))
+    study_dir = tmp_path / "study"
+    command = ["tune", "--config", str(config), "--space", str(space), "--out", str(study_dir)]
+    main([*command, "--trials", "1", "--dry_run"])
+    study = prepare(study_dir, parse_settings(space_data), data)
+    study.add_trial(optuna.trial.create_trial(value=1e6, intermediate_values={40: 1e6, 80: 1e6, 120: 1e6}))
+    main([*command, "--trials", "2"])
+    pruned = optuna.load_study(study_name=STUDY_NAME, storage=journal_storage(study_dir / JOURNAL)).trials[1]
+    assert pruned.state == TrialState.PRUNED and list(pruned.intermediate_values) == [40]
+    assert pruned.user_attrs[PRUNED_AT] == 40
+    run = study_dir / "trials" / "trial_0001" / "seed_0"
+    frames = {int(float(r["counters/frames"])) for r in csv.DictReader(open(run / "train" / "version_0" /
+                                                                             "metrics.csv"))}
+    assert frames == {40}  # stopped after the first evaluation, not at max_frames
+    log = (run / "train.log").read_text()
+    assert "trial 1 pruned at 40 frames" in log and "Traceback" not in log
+    assert list(csv.DictReader(open(study_dir / "trials.csv")))[1]["state"] == "PRUNED"
 
 
 @pytest.mark.slow  # two workers, then a third trial, then a fit of best.yaml: about 70 s on two busy cores

@@ -104,8 +104,10 @@ def run_workers(root: Path, workers: int, log=print) -> None:
         while any(p.poll() is None for p in procs):
             time.sleep(0.2)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
+        for proc in procs:  # on Ctrl-C the workers (same process group) queue their trials again and end
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
                 proc.terminate()
                 proc.wait()
     for i, proc in enumerate(procs):

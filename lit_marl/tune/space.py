@@ -11,7 +11,7 @@
     direction: maximize        # or minimize
     trials: 20                 # the study's trial count (a re-run continues up to it)
     seeds: [0, 1, 2]           # every trial runs each seed; its value is the seeds' interquartile mean
-    sampler: tpe               # or {type: tpe, seed: 0}; random
+    sampler: tpe               # or {type: tpe, seed: 0, ...TPESampler's arguments}; random
     pruner: median             # none, median, hyperband, or {type: median, n_warmup_steps: 1000}
     heartbeat_timeout: 120     # seconds without a worker's heartbeat before its running trial counts as failed
 
@@ -121,6 +121,8 @@ def make_sampler(spec: Any, seed_offset: int = 0):
     _number("sampler.seed", seed, integer=True)
     cls = {"tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler}[name]
     _check_arguments("sampler", cls, arguments)
+    if name == "tpe":  # parallel workers: running trials count as their mean value, so workers spread out
+        arguments.setdefault("constant_liar", True)
     return cls(seed=seed + seed_offset, **arguments)
 
 
