@@ -202,6 +202,10 @@ def test_a_study_folder_refuses_other_settings_but_takes_more_trials(tmp_path):
         prepare(tmp_path, parse_settings(_settings(seeds=[1])), config)
     with pytest.raises(ConfigError, match=r"^config: differs .* \(changed: config\)"):
         prepare(tmp_path, settings, {"model": {"init_args": {"lr": 0.2}}})
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match=r"^out: .*other' holds files but no study \(tune.yaml is missing\)"):
+        prepare(tmp_path / "other", settings, config)
 
 
 WORKER_SCRIPT = """

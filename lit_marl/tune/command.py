@@ -71,6 +71,9 @@ def prepare(root: Path, settings: TuneSettings, config: dict[str, Any]):
     import optuna
 
     kept = root / SETTINGS_FILE
+    if not kept.is_file() and root.is_dir() and any(root.iterdir()):
+        raise ConfigError(f"out: {str(root)!r} holds files but no study ({SETTINGS_FILE} is missing); allowed: a new "
+                          f"or empty folder, or the folder of a study to continue")
     if kept.is_file():
         before = yaml.safe_load(kept.read_text())
         now = settings.as_dict()
