@@ -183,6 +183,15 @@ def test_a_pruned_trial_runs_no_further_seed(tmp_path, monkeypatch):
     assert trial.state == TrialState.PRUNED and fit.seeds == [0]
 
 
+def test_a_failed_fit_fails_its_trial_and_counts(tmp_path, monkeypatch):
+    _study(tmp_path)
+    monkeypatch.setattr(Worker, "_fit", lambda worker, trial, folder: 3)  # e.g. NaN stopped training
+    assert _worker(tmp_path, trials=2).run() == 2  # not retried: the study ends
+    trials = _study(tmp_path).get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL] * 2
+    assert trials[0].user_attrs["fit_failed"].startswith("seed 0: lit-marl fit exit 3; see ")
+
+
 def test_running_again_continues_up_to_the_trial_count(tmp_path, monkeypatch):
     _study(tmp_path)
     monkeypatch.setattr(Worker, "_fit", _fake_fit({0: [(40, 1.0)]}))

@@ -23,7 +23,7 @@ def trials_table(study) -> str:
     """CSV: number, state, value, one column per parameter, then pruning/retry notes and duration."""
     trials = study.get_trials(deepcopy=False)
     params = sorted({k for t in trials for k in t.distributions} | {k for t in trials for k in t.params})
-    notes = ("pruned_at_frames", "retry_of", "failed_because")
+    notes = ("pruned_at_frames", "retry_of", "failed_because", "fit_failed")
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["number", "state", "value", *params, *notes, "seconds"])

@@ -37,7 +37,7 @@ from lit_marl.tune.space import TuneSettings, make_pruner, make_sampler
 
 STUDY_NAME = "lit-marl"
 JOURNAL, SETTINGS_FILE, BASE_CONFIG, RUN_CONFIG = "journal.log", "tune.yaml", "config.yaml", "run_config.yaml"
-WORKER, RETRY_OF, FAILED_BECAUSE = "worker", "retry_of", "failed_because"
+WORKER, RETRY_OF, FAILED_BECAUSE, FIT_FAILED = "worker", "retry_of", "failed_because", "fit_failed"
 
 
 def journal_storage(path: str | os.PathLike):
@@ -261,6 +261,8 @@ class Worker:
             values.append(objective_value(curve, self.settings.objective))
         value = float(iqm(np.array(values))) if state == TrialState.COMPLETE else None
         try:
+            if state == TrialState.FAIL:  # counted in the trials (unlike a gone worker's): a setting that fails
+                trial.set_user_attr(FIT_FAILED, note)  # must not be retried for ever
             self.study.tell(trial.number, value, state=state)
         except (UpdateFinishedTrialError, ValueError, RuntimeError) as err:
             self.log(f"  trial {trial.number}: its result was not recorded ({err})")
