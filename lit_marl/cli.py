@@ -92,6 +92,12 @@ def _seed_to_int(seed: Any) -> int:
 class LitMarlCLI(LightningCLI):
     """LightningCLI for MARL algorithms (any :class:`MarlAlgorithm` subclass by class path)."""
 
+    @staticmethod
+    @override
+    def subcommands() -> dict[str, set[str]]:
+        """Lightning's, less ``predict`` (see :data:`COMMANDS`)."""
+        return {name: skip for name, skip in LightningCLI.subcommands().items() if name in COMMANDS}
+
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
         super().__init__(
             MarlAlgorithm,
@@ -229,6 +235,28 @@ RESULT_COMMANDS = {
 }
 
 
+#: what ``lit-marl --help`` lists: every command, in MARL terms (``lit-marl <command> --help`` for its options).
+#: Lightning's ``predict`` is not offered: a MARL policy acts in an environment (``validate``, ``test``, ``export``).
+COMMANDS = {
+    "fit": "train an algorithm on a task from a config (--config configs/<name>.yaml); resume with --ckpt_path",
+    "validate": "evaluate a checkpoint: its evaluation episodes and val/return, as during training",
+    "test": "the full evaluation of a checkpoint: seeded episodes, per-episode records, success rate, videos, "
+            "eval_info.json",
+    "benchmark": "a grid of algorithms x tasks x seeds, one run each (finished runs skipped, interrupted ones resumed)",
+    "report": "tables and plots of a benchmark's runs: IQM, optimality gap, performance profiles, with bootstrap CIs",
+    "compare": "two evaluations of the same episodes side by side: the paired difference with a bootstrap CI",
+    "export": "a checkpoint's per-group policies as TorchScript, torch.export or ONNX files, with their signature",
+    "tune": "an Optuna search of a config's hyper-parameters; each trial's seeds are lit-marl fit runs of their own",
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {text}" for name, text in COMMANDS.items()]
+    return "\n".join(["usage: lit-marl <command> [options]     (lit-marl <command> --help: its options)", "",
+                      "Multi-agent reinforcement learning on PyTorch Lightning. Commands:", *lines])
+
+
 def main(args: list[str] | None = None) -> None:
     """Entry point of the ``lit-marl`` console script."""
     # Lightning 2.6 on torch 2.13 warns about its own pytree use at every fit; nothing a user can act on.
@@ -269,6 +297,9 @@ def _count_interrupts():
 
 def _run(args: list[str] | None) -> None:
     argv = sys.argv[1:] if args is None else list(args)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(), file=sys.stdout if argv else sys.stderr)
+        raise SystemExit(0 if argv else EXIT_CONFIG)
     try:
         if argv and argv[0] in RESULT_COMMANDS:  # not Lightning subcommands: plain argparse
             code = importlib.import_module(RESULT_COMMANDS[argv[0]]).main(argv[1:])

@@ -206,3 +206,23 @@ def test_a_run_folder_that_holds_a_run_is_refused(capsys, trained_run):
     _expect_error(capsys, ["fit", "--config", str(trained_run / "config.yaml"), *SHORT,
                            "--trainer.logger.init_args.version", version],
                   "trainer.logger", "already holds a run", "nothing was written")
+
+
+def test_help_lists_every_command_in_marl_terms(capsys):
+    """``lit-marl --help`` names each command (Lightning's alone named fit/validate/test/predict with its generic
+    descriptions); predict is not offered; no command at all prints the same list as an error."""
+    from lit_marl.cli import COMMANDS, RESULT_COMMANDS
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert listed == list(COMMANDS)
+    assert set(RESULT_COMMANDS) | {"fit", "validate", "test"} == set(COMMANDS)
+    with pytest.raises(SystemExit) as exit_info:
+        main([])
+    assert exit_info.value.code == 2 and "tune" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["predict", "--config", str(CONFIGS / "quickstart.yaml")])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'predict'" in capsys.readouterr().err
