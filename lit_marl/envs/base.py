@@ -215,6 +215,11 @@ class Task(Configurable, ABC):
         key = (group, "action_mask")
         return key if key in self.specs.observation_spec.keys(include_nested=True) else None
 
+    def renderer_problem(self) -> str | None:
+        """Why :meth:`render` cannot draw frames on this machine (a missing OpenGL library…), checked before videos
+        are recorded; ``None`` where it can (or where the task cannot render at all: see :meth:`render`)."""
+        return None
+
     def render(self, env: EnvBase, env_index: int = 0):
         """An RGB frame (H, W, 3 uint8 array) of one sub-environment, for videos."""
         raise ConfigError(f"rendering: {type(self).__name__} ({self.name}) cannot render frames; allowed: tasks that "

@@ -39,6 +39,10 @@ def require_renderer(field: str, requested: int, task: Task) -> None:
     if requested > 0 and type(task).render is Task.render:
         raise ConfigError(f"{field}: {requested} videos asked for, but {type(task).__name__} ({task.name}) cannot "
                           f"render frames; allowed: {field}=0, or a task that implements Task.render (e.g. VmasTask)")
+    problem = task.renderer_problem() if requested > 0 else None
+    if problem is not None:
+        raise ConfigError(f"{field}: {requested} videos asked for, but {type(task).__name__} ({task.name}) cannot "
+                          f"render frames on this machine: {problem}; allowed: {field}=0")
 
 
 def encode_mp4(path: str | os.PathLike, frames: Sequence[np.ndarray], fps: int = 20) -> Path:
