@@ -74,6 +74,7 @@ def test_a_rollout_shares_the_reward_and_carries_the_state():
         index = torch.as_tensor(factorization[agent])
         assert torch.equal(td["next", "agents", "observation"][:, :, i], td["next", "state"][:, :, index])
     assert not td["next", "done"].any()
+    assert not Path("MUJOCO_LOG.TXT").exists()  # MuJoCo's warnings go to Python's warnings, not into a file here
 
 
 def test_seeds_fix_the_first_observations():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -57,8 +58,20 @@ def _headless_gl() -> None:
     os.environ.setdefault("MUJOCO_GL", "egl")
 
 
+def _warnings_as_python_warnings() -> None:
+    """MuJoCo writes its warnings (mujoco 4 warns about HalfCheetah's ``settotalmass`` at every build) to
+    ``MUJOCO_LOG.TXT`` in the working directory unless a handler is set: where none is, send them to Python's
+    ``warnings`` (shown once per place, never a file)."""
+    import mujoco
+
+    if mujoco.get_mju_user_warning() is None:
+        mujoco.set_mju_user_warning(lambda text: warnings.warn(f"MuJoCo: {text.strip()}", stacklevel=2))
+
+
 def _make_simulator(scenario: str, agent_conf: str, agent_obsk: int, max_steps: int, env_kwargs: dict[str, Any]):
     from gymnasium_robotics import mamujoco_v1
+
+    _warnings_as_python_warnings()
 
     return mamujoco_v1.parallel_env(scenario, agent_conf, agent_obsk=agent_obsk, render_mode="rgb_array",
                                     max_episode_steps=max_steps, **env_kwargs)
