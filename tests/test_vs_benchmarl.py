@@ -3,8 +3,8 @@
 The ``benchmarl`` tests run BenchMARL itself in a venv of its own (``setup.sh`` makes it on first use: torchrl 0.11
 cannot share lit-marl's environment) and compare, for every algorithm on vmas/balance at BenchMARL's defaults, the
 networks, process_batch, loss terms and outputs, clipped gradients, weights after the step and target update,
-exploration and the environment itself (``compare.py``'s docstring). ``pytest -m benchmarl``; CI runs them. The others check the harness's own
-logic and run in the default suite."""
+exploration and the environment itself (``compare.py``'s docstring). ``pytest -m benchmarl``; CI runs them. The
+others check the harness's own logic and run in the default suite."""
 
 from __future__ import annotations
 
