@@ -41,6 +41,16 @@ def batched_env(make_one: Callable[[], EnvBase], num_envs: int, device: torch.de
     return FlatBatchEnv(env)
 
 
+
+def episode_in_process(env: EnvBase, env_index: int) -> EnvBase | None:
+    """The one-episode env ``env_index`` of a :func:`batched_env` batch (through any transforms wrapping it) where
+    the batch steps its episodes in this process; None where they step in worker processes."""
+    base = env
+    while hasattr(base, "base_env") and not hasattr(base, "_envs"):
+        base = base.base_env
+    envs = getattr(base, "_envs", None)
+    return envs[env_index] if envs else None
+
 class _SerialEnvs:
     """Picklable ``lambda: SerialEnv(n, make_one)``: one worker's share of the episodes."""
 

@@ -27,7 +27,7 @@ from typing_extensions import override
 
 from lit_marl.envs.agent_tuple import group_agents, import_simulator
 from lit_marl.envs.base import Task
-from lit_marl.envs.batching import batched_env
+from lit_marl.envs.batching import batched_env, episode_in_process
 from lit_marl.envs.pettingzoo import check_workers
 from lit_marl.errors import ConfigError, check_types, did_you_mean, positive_int
 
@@ -300,12 +300,10 @@ class MaMuJoCoTask(Task):
 
     @override
     def render(self, env: EnvBase, env_index: int = 0):
-        base = env
-        while hasattr(base, "base_env") and not hasattr(base, "_envs"):
-            base = base.base_env
-        if not getattr(base, "_envs", None):
-            return super().render(env, env_index)  # episodes in worker processes
-        return base._envs[env_index].render()
+        episode = episode_in_process(env, env_index)
+        if episode is None:  # episodes in worker processes
+            return super().render(env, env_index)
+        return episode.render()
 
     @override
     def renderer_problem(self) -> str | None:

@@ -41,7 +41,7 @@ from torchrl.envs.utils import MarlGroupMapType
 from typing_extensions import override
 
 from lit_marl.envs.base import Task
-from lit_marl.envs.batching import batched_env
+from lit_marl.envs.batching import batched_env, episode_in_process
 from lit_marl.envs.pettingzoo import check_workers
 from lit_marl.errors import ConfigError, positive_int, did_you_mean
 
@@ -263,12 +263,10 @@ class MeltingPotTask(Task):
 
     @override
     def render(self, env: EnvBase, env_index: int = 0):
-        base = env
-        while hasattr(base, "base_env") and not hasattr(base, "_envs"):
-            base = base.base_env
-        if not getattr(base, "_envs", None):
+        episode = episode_in_process(env, env_index)
+        if episode is None:  # episodes in worker processes
             return super().render(env, env_index)
-        return base._envs[env_index].get_rgb_image().numpy()
+        return episode.get_rgb_image().numpy()
 
 
 def _seeded_batch(task: MeltingPotTask, num_envs: int, seed: int, device) -> EnvBase:

@@ -30,7 +30,7 @@ from torchrl.envs.utils import MarlGroupMapType
 from typing_extensions import override
 
 from lit_marl.envs.base import Task
-from lit_marl.envs.batching import batched_env
+from lit_marl.envs.batching import batched_env, episode_in_process
 from lit_marl.errors import ConfigError, positive_int, did_you_mean
 
 _GROUP_MAP_TYPES = {
@@ -279,12 +279,10 @@ class PettingZooTask(Task):
 
     @override
     def render(self, env: EnvBase, env_index: int = 0):
-        base = env
-        while hasattr(base, "base_env") and not hasattr(base, "_envs"):
-            base = base.base_env
-        if not hasattr(base, "_envs") or not getattr(base, "_envs", None):
+        episode = episode_in_process(env, env_index)
+        if episode is None:  # episodes in worker processes
             return super().render(env, env_index)
-        return base._envs[env_index]._env.render()
+        return episode._env.render()
 
 
 class AgentView(Transform):
