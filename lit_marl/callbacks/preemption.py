@@ -20,12 +20,14 @@ class Interrupts:
 
     #: SIGINTs received while a lit-marl command ran
     count: int = 0
+    #: of those, the ones a finished ``fit`` has acted on (a later ``fit`` in the same process ignores them)
+    handled: int = 0
     #: the newest checkpoint written, which a second Ctrl-C leaves whole
     checkpoint: str | None = None
 
     @classmethod
     def reset(cls) -> None:
-        cls.count, cls.checkpoint = 0, None
+        cls.count, cls.handled, cls.checkpoint = 0, 0, None
 
 
 def signal_label(signum: int) -> str:
@@ -65,6 +67,12 @@ class PreemptionCheckpoint(Checkpoint):
             return
         if take_pending_sigterm(trainer):  # arrived before training started
             self.received = signal.SIGTERM
+        elif Interrupts.count > Interrupts.handled:
+            # a Ctrl-C during start-up (restoring a checkpoint, building envs) whose KeyboardInterrupt some library
+            # caught and dropped: the run would otherwise train to its end as if it had not been pressed
+            self.received = signal.SIGINT
+            rank_zero_info(f"\nlit-marl: received SIGINT (Ctrl-C) during start-up; finishing iteration "
+                           f"{pl_module.iteration + 1}, saving last.ckpt, then stopping")
 
         def handler(signum, frame):
             if signum == signal.SIGINT:
@@ -102,6 +110,7 @@ class PreemptionCheckpoint(Checkpoint):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        Interrupts.handled = Interrupts.count
         if self._previous_sigint is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, self._previous_sigint)
         self._previous_sigint = None

@@ -127,6 +127,25 @@ def test_last_ckpt_holds_the_last_iteration_when_training_ends_between_periodic_
     assert (meta["iteration"], meta["frames"]) == (3, 120)
 
 
+
+def test_a_ctrl_c_swallowed_during_start_up_still_stops_after_the_first_iteration(tmp_path):
+    """A Ctrl-C while a run restores its checkpoint or builds its envs raises KeyboardInterrupt there; a library that
+    catches and drops it left the run training to its end (found by test_kill_anywhere under load). lit-marl's
+    command counted the press (``Interrupts.count``): training finishes one iteration, saves and stops."""
+    from lit_marl.callbacks.preemption import Interrupts
+
+    Interrupts.reset()
+    Interrupts.count = 1  # what lit_marl.cli.main's handler records for a press, wherever it was caught
+    try:
+        model, _ = _fit(tmp_path / "first", max_epochs=5)
+        again, _ = _fit(tmp_path / "again", max_epochs=3)  # that press was acted on: a later fit is not stopped
+    finally:
+        Interrupts.reset()
+    assert model.iteration == 1 and model.stopped_by_signal == signal.SIGINT
+    meta = torch.load(tmp_path / "first" / "checkpoints" / "last.ckpt", weights_only=True)["lit_marl"]
+    assert meta["iteration"] == 1
+    assert again.iteration == 3 and again.stopped_by_signal is None
+
 def _spawn(args: list[str], cwd: Path, log: Path) -> subprocess.Popen:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     return subprocess.Popen([sys.executable, "-m", "lit_marl.cli", *args], cwd=cwd, env=env,
