@@ -115,8 +115,9 @@ class AgentTupleEnv(EnvBase):
         return self._env.unwrapped
 
     def _action_mask(self) -> np.ndarray:
-        """``[n_agents, n_actions]`` booleans of the actions legal now (subclasses with :attr:`has_action_mask`)."""
-        raise NotImplementedError
+        """``[n_agents, n_actions]`` booleans of the actions legal now: every action, for a simulator without masks;
+        subclasses that read the simulator's legal actions override it and set :attr:`has_action_mask`."""
+        return np.ones((self._n_agents, self._n_actions), dtype=bool)
 
     def _ends_task(self) -> bool:
         """Asked when the simulator reports ``done``: whether the episode reached an end of the task (True) rather
