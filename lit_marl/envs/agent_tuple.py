@@ -217,10 +217,7 @@ class AgentTupleTask(Task):
         groups = {g: [index[a] for a in members] for g, members in self.groups.items()}
         make = functools.partial(_make_episode, self.env_type, self.simulator_class, self.simulator_kwargs(), groups,
                                  str(device), self.action_mask)
-        env = batched_env(make, num_envs, device, num_workers=self.num_workers)
-        if seed is not None:
-            env.set_seed(seed)
-        return env
+        return batched_env(make, num_envs, device, num_workers=self.num_workers, seed=seed)
 
     @override
     def _group_map(self, env: EnvBase) -> dict[str, list[str]]:

@@ -25,20 +25,28 @@ def workers_for(num_envs: int, num_workers: int) -> int:
 
 
 def batched_env(make_one: Callable[[], EnvBase], num_envs: int, device: torch.device | str,
-                num_workers: int = 1) -> EnvBase:
-    """``num_envs`` copies of ``make_one()`` as one env with batch size ``[num_envs]``.
+                num_workers: int = 1, seed: int | None = None) -> EnvBase:
+    """``num_envs`` copies of ``make_one()`` as one env with batch size ``[num_envs]``, seeded with ``seed`` if given
+    (torchrl gives each episode its own seed from it).
 
     With ``num_workers > 1``, ``make_one`` must be picklable (a module-level function or a
     :func:`functools.partial` of one): each worker process builds its own episodes.
     """
     workers = workers_for(num_envs, num_workers)
     if workers == 1:
-        return SerialEnv(num_envs, make_one, device=device)
+        env = SerialEnv(num_envs, make_one, device=device)
+    else:
+        env = FlatBatchEnv(_parallel(make_one, num_envs, workers, device))
+    if seed is not None:
+        env.set_seed(seed)
+    return env
+
+
+def _parallel(make_one: Callable[[], EnvBase], num_envs: int, workers: int, device: torch.device | str) -> ParallelEnv:
     forked_unsafe = torch.cuda.is_available() and torch.cuda.is_initialized()  # fork only where CUDA is not started
     # num_threads: leave this process's torch threads as they are (ParallelEnv would set workers + 1)
-    env = ParallelEnv(workers, _SerialEnvs(make_one, num_envs // workers), device=device,
-                      mp_start_method="spawn" if forked_unsafe else "fork", num_threads=torch.get_num_threads())
-    return FlatBatchEnv(env)
+    return ParallelEnv(workers, _SerialEnvs(make_one, num_envs // workers), device=device,
+                       mp_start_method="spawn" if forked_unsafe else "fork", num_threads=torch.get_num_threads())
 
 
 

@@ -238,11 +238,11 @@ class CustomTask(Task):
                 raise ConfigError(f"task.env_class: {self.env_class}(num_envs={num_envs}) has batch size "
                                   f"{list(env.batch_size)}; allowed: [num_envs] (or no num_envs argument: one "
                                   f"episode per object)")
+            if seed is not None:
+                env.set_seed(seed)
         else:
             env = batched_env(functools.partial(_make_torchrl_one, self.env_class, self.env_kwargs), num_envs, device,
-                              num_workers=self.num_workers)
-        if seed is not None:
-            env.set_seed(seed)
+                              num_workers=self.num_workers, seed=seed)
         return TransformedEnv(env, StepCounter(self.max_steps))
 
     @override

@@ -289,10 +289,7 @@ class MaMuJoCoTask(Task):
     def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
         make = functools.partial(_make_episode, self.scenario, self.agent_conf, self.agent_obsk, self.max_steps,
                                  self.env_kwargs, self.groups, str(device))
-        env = batched_env(make, num_envs, device, num_workers=self.num_workers)
-        if seed is not None:
-            env.set_seed(seed)
-        return env
+        return batched_env(make, num_envs, device, num_workers=self.num_workers, seed=seed)
 
     @override
     def _group_map(self, env: EnvBase) -> dict[str, list[str]]:

@@ -274,9 +274,7 @@ def _seeded_batch(task: MeltingPotTask, num_envs: int, seed: int, device) -> Env
     later ``set_seed(seed)``, as every evaluation does, finds them built already); with workers, seeded through
     ``set_seed`` (each worker rebuilds its substrates once)."""
     if task.num_workers > 1:
-        env = batched_env(task._one_episode(device), num_envs, device, num_workers=task.num_workers)
-        env.set_seed(seed)
-        return env
+        return batched_env(task._one_episode(device), num_envs, device, num_workers=task.num_workers, seed=seed)
     seeds = [seed]
     for _ in range(num_envs - 1):
         seeds.append(seed_generator(seeds[-1]))

@@ -258,9 +258,7 @@ class PettingZooTask(Task):
     @override
     def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
         env = batched_env(self._one_episode(self.state_key is not None, device), num_envs, device,
-                          num_workers=self.num_workers)
-        if seed is not None:
-            env.set_seed(seed)
+                          num_workers=self.num_workers, seed=seed)
         return TransformedEnv(env, AgentView(env.full_observation_spec, list(self._single_group_map), self.turn_based,
                                              flatten=not self._entry.images))
 
