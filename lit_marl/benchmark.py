@@ -11,10 +11,19 @@ A grid file (``configs/benchmarks/*.yaml``)::
     algorithms:                       # name: a lit-marl config (its task is replaced by each task below)
       mappo: configs/mappo_vmas_balance.yaml
       ippo: {config: configs/ippo_vmas_balance.yaml, overrides: {model.init_args.lr: 1.0e-4}}
+      iql: {config: configs/qmix_vmas_balance.yaml, overrides: {model.class_path: lit_marl.algorithms.IQL}}
     tasks:                            # name: a task, as under model.init_args.task
       balance: {class_path: lit_marl.envs.VmasTask, init_args: {scenario: balance, max_steps: 100}}
+      lbf:                            # a task may carry settings of its own (episode lengths differ) ...
+        class_path: lit_marl.envs.LbfTask
+        init_args: {env_id: Foraging-8x8-2p-2f-coop-v3}
+        overrides: {model.init_args.frames_per_batch: 500}       # ... for every algorithm on it
+        algorithm_overrides: {iql: {model.init_args.train_batch_size: 1600}}  # ... or for one of them
     overrides:                        # dotted keys set in every run's config
       model.init_args.max_frames: 120000
+
+Overrides apply from the general to the particular: the grid's, the algorithm's, the task's, the task's for that
+algorithm. A ``model.init_args`` key the algorithm does not take is refused by name before any run starts.
 
 Every run writes ``run_config.yaml`` (the config it runs), ``train/version_<n>/`` (Lightning's run folders),
 ``marl_eval.json`` (:class:`~lit_marl.evaluation.marl_eval.MarlEvalJson`, continued across resumes), a log,
@@ -28,6 +37,7 @@ from __future__ import annotations
 import copy
 import csv
 import importlib
+import inspect
 import os
 import subprocess
 import sys
@@ -40,7 +50,7 @@ import torch
 import yaml
 
 from lit_marl.envs.base import Task
-from lit_marl.errors import ConfigError, positive_int
+from lit_marl.errors import ConfigError, did_you_mean, positive_int
 from lit_marl.evaluation.io import write_atomic, write_json
 from lit_marl.utils import instantiate
 
@@ -76,6 +86,25 @@ def _set_dotted(config: dict[str, Any], key: str, value: Any, source: str) -> No
             raise ConfigError(f"{source}: {key!r} goes through {part!r}, which is not a mapping in the config")
         node = child
     node[parts[-1]] = copy.deepcopy(value)
+
+
+def _mapping(value: Any, field_name: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{field_name}: must be a mapping of dotted keys to values, got {value!r}")
+    return value
+
+
+def _check_model_keys(overrides: dict[str, Any], algorithm: type, where: str) -> None:
+    """``model.init_args.<name>`` overrides must name an argument of ``algorithm`` (else every run would fail at
+    its start, or a misspelt key would train with the default)."""
+    allowed = set(inspect.signature(algorithm.__init__).parameters) - {"self"}
+    for key in overrides:
+        parts = key.split(".")
+        if parts[:2] == ["model", "init_args"] and len(parts) > 2 and parts[2] not in allowed:
+            raise ConfigError(f"overrides: {key!r} ({where}) is not an argument of {algorithm.__name__}; "
+                              f"{did_you_mean(parts[2], allowed)}allowed: {', '.join(sorted(allowed))}")
 
 
 def _read_yaml(path: Path, field_name: str) -> dict[str, Any]:
@@ -120,29 +149,38 @@ class Benchmark:
         for key in ("algorithms", "tasks"):
             if not isinstance(grid.get(key), dict) or not grid[key]:
                 raise ConfigError(f"{key}: the grid needs a mapping of names to {key}, got {grid.get(key)!r}")
-        overrides = grid.get("overrides") or {}
-        if not isinstance(overrides, dict):
-            raise ConfigError(f"overrides: must be a mapping of dotted keys to values, got {overrides!r}")
-        tasks = {name: self._task(name, value) for name, value in grid["tasks"].items()}
+        overrides = _mapping(grid.get("overrides"), "overrides")
+        tasks = {name: self._task(name, value, set(grid["algorithms"])) for name, value in grid["tasks"].items()}
         self.runs: list[Run] = []
         for alg_name, value in grid["algorithms"].items():
             base, alg_overrides, algorithm = self._algorithm(alg_name, value)
-            for task_name, (task_config, task) in tasks.items():
+            for task_name, (task_config, task, task_overrides, for_algorithm) in tasks.items():
                 supported = algorithm.supports_continuous_actions if task.continuous_actions \
                     else algorithm.supports_discrete_actions
                 if not supported:
                     kind = "continuous" if task.continuous_actions else "discrete"
                     raise ConfigError(f"algorithms.{alg_name}: {algorithm.__name__} does not take the {kind} actions "
                                       f"of task {task_name!r}; allowed: tasks with the actions it supports")
+                run_overrides = {**overrides, **alg_overrides, **task_overrides, **for_algorithm.get(alg_name, {})}
+                _check_model_keys(run_overrides, algorithm, f"{alg_name} on {task_name}")
                 for seed in seeds:
                     folder = self.root / task_name / alg_name / f"seed_{seed}"
-                    config = self._run_config(base, task_config, seed, folder, {**overrides, **alg_overrides})
+                    config = self._run_config(base, task_config, seed, folder, run_overrides)
                     self.runs.append(Run(alg_name, task_name, seed, folder, config))
 
     # ---------------------------------------------------------------------- checks
-    def _task(self, name: str, value: Any) -> tuple[dict[str, Any], Task]:
+    def _task(self, name: str, value: Any, algorithms: set[str]
+              ) -> tuple[dict[str, Any], Task, dict[str, Any], dict[str, dict[str, Any]]]:
         if not isinstance(value, dict) or "class_path" not in value:
             raise ConfigError(f"tasks.{name}: must be a mapping with class_path and init_args, got {value!r}")
+        value = dict(value)
+        overrides = _mapping(value.pop("overrides", None), f"tasks.{name}.overrides")
+        for_algorithm = _mapping(value.pop("algorithm_overrides", None), f"tasks.{name}.algorithm_overrides")
+        for alg_name, alg_overrides in for_algorithm.items():
+            if alg_name not in algorithms:
+                raise ConfigError(f"tasks.{name}.algorithm_overrides: {alg_name!r} is not an algorithm of this grid; "
+                                  f"allowed: {', '.join(sorted(algorithms))}")
+            _mapping(alg_overrides, f"tasks.{name}.algorithm_overrides.{alg_name}")
         try:
             task = instantiate(value, Task, f"tasks.{name}")
         except ConfigError as err:
@@ -155,7 +193,7 @@ class Benchmark:
             raise
         except Exception as err:  # noqa: BLE001 (the simulator's own error, whatever its type)
             raise ConfigError(f"tasks.{name}: {task.name} cannot be built with {value.get('init_args')}: {err}") from None
-        return copy.deepcopy(value), task
+        return copy.deepcopy(value), task, overrides, for_algorithm
 
     def _algorithm(self, name: str, value: Any) -> tuple[dict[str, Any], dict[str, Any], type]:
         from lit_marl.algorithms.base import MarlAlgorithm
@@ -165,7 +203,8 @@ class Benchmark:
         if not isinstance(value, dict) or "config" not in value:
             raise ConfigError(f"algorithms.{name}: must be a config path or {{config, overrides}}, got {value!r}")
         base = _read_yaml(_resolve(str(value["config"]), self.path), f"algorithms.{name}.config")
-        class_path = str((base.get("model") or {}).get("class_path", ""))
+        overrides = _mapping(value.get("overrides"), f"algorithms.{name}.overrides")
+        class_path = str(overrides.get("model.class_path", (base.get("model") or {}).get("class_path", "")))
         module_name, _, cls_name = class_path.rpartition(".")
         try:
             algorithm = getattr(importlib.import_module(module_name), cls_name)
@@ -177,9 +216,6 @@ class Benchmark:
             known = ", ".join(f"{c.__module__}.{c.__name__}" for c in algorithms_by_name().values())
             raise ConfigError(f"algorithms.{name}: unknown algorithm class_path {class_path!r} in {value['config']}; "
                               f"allowed: a MarlAlgorithm subclass such as {known}")
-        overrides = value.get("overrides") or {}
-        if not isinstance(overrides, dict):
-            raise ConfigError(f"algorithms.{name}.overrides: must be a mapping, got {overrides!r}")
         return base, overrides, algorithm
 
     def _run_config(self, base: dict[str, Any], task: dict[str, Any], seed: int, folder: Path,

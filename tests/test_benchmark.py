@@ -119,6 +119,54 @@ def test_a_bad_grid_is_refused_before_anything_runs(tmp_path, capsys, change, fr
     assert not (tmp_path / "bench").exists()
 
 
+def test_overrides_go_from_the_grid_to_the_task_for_one_algorithm(tmp_path):
+    balance = {"class_path": "lit_marl.envs.VmasTask",
+               "init_args": {"scenario": "balance", "max_steps": 10, "scenario_kwargs": {"n_agents": 2}}}
+    tiny = str(_tiny_balance(tmp_path / "mappo.yaml"))
+    grid = _grid(tmp_path, seeds=[0], algorithms={
+        "mappo": tiny,
+        "ippo": {"config": tiny, "overrides": {"model.class_path": "lit_marl.algorithms.IPPO",
+                                               "model.init_args.lr": 1.0e-4}},
+    }, tasks={
+        "plain": balance,
+        "long": {**balance, "overrides": {"model.init_args.lr": 2.0e-4, "model.init_args.gamma": 0.9},
+                 "algorithm_overrides": {"ippo": {"model.init_args.gamma": 0.8}}},
+    })
+    runs = {(r.task, r.algorithm): r.config for r in Benchmark(grid).runs}
+    model = {key: (config["model"]["class_path"].rpartition(".")[2], config["model"]["init_args"]["lr"],
+                   config["model"]["init_args"].get("gamma"))
+             for key, config in runs.items()}
+    assert model == {("plain", "mappo"): ("MAPPO", 3e-4, None), ("long", "mappo"): ("MAPPO", 2e-4, 0.9),
+                     ("plain", "ippo"): ("IPPO", 1e-4, None), ("long", "ippo"): ("IPPO", 2e-4, 0.8)}
+    assert all("overrides" not in c["model"]["init_args"]["task"] for c in runs.values())  # the task is the task
+
+
+@pytest.mark.parametrize(
+    ("tasks_change", "overrides", "fragments"),
+    [
+        ({"algorithm_overrides": {"ipo": {"model.init_args.lr": 1.0}}}, {},
+         ["tasks.balance.algorithm_overrides", "'ipo'", "allowed: mappo"]),
+        ({"overrides": {"model.init_args.gama": 0.9}}, {},
+         ["'model.init_args.gama'", "mappo on balance", "MAPPO", "did you mean 'gamma'"]),
+        ({}, {"model.init_args.minibatch_sise": 4}, ["'model.init_args.minibatch_sise'", "'minibatch_size'"]),
+        ({"overrides": [1]}, {}, ["tasks.balance.overrides", "mapping"]),
+    ],
+)
+def test_a_bad_override_is_refused_by_name_before_anything_runs(tmp_path, capsys, tasks_change, overrides,
+                                                                fragments):
+    balance = {"class_path": "lit_marl.envs.VmasTask",
+               "init_args": {"scenario": "balance", "max_steps": 10, "scenario_kwargs": {"n_agents": 2}}}
+    grid = _grid(tmp_path, tasks={"balance": {**balance, **tasks_change}},
+                 overrides={"model.init_args.max_frames": 400, **overrides})
+    with pytest.raises(SystemExit) as exit_info:
+        main(["benchmark", "--config", str(grid)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+    assert not (tmp_path / "bench").exists()
+
+
 def test_an_unknown_algorithm_is_refused(tmp_path, capsys):
     config = yaml.safe_load(_tiny_balance(tmp_path / "mappo.yaml").read_text())
     config["model"]["class_path"] = "lit_marl.algorithms.MAPO"
