@@ -9,7 +9,8 @@ Each run writes ``benchmarks/out/vs_benchmarl/learning/<side>_<algorithm>_seed<s
 evaluation return}) and ``….training.json`` beside it (the mean return of the episodes each collection finished,
 iteration by iteration); runs may go side by side (one torch thread each). ``table`` prints, per algorithm and
 evaluation, both sides' mean over seeds and the difference of means (lit-marl − BenchMARL) with a bootstrap 95 % CI
-over seeds (``lit_marl.evaluation.statistics``), and writes ``learning.json`` beside the runs.
+over seeds (``lit_marl.evaluation.statistics``), the same for the training returns of the last five collections
+(where both sides recorded them), and writes ``learning.json`` beside the runs.
 """
 
 from __future__ import annotations
@@ -158,8 +159,41 @@ def table(algorithms: list[str], seeds: list[int]) -> dict:
                          "probability_lit_marl_better": diff["probability_a_better"] if diff else None,
                          # the claim "learns as well" is made only where the CI includes 0 or favours lit-marl
                          "learns_as_well": bool(diff and diff["mean_difference"]["ci_high"] >= 0)})
+        training = _training_tail(algorithm, seeds)
+        if training is not None:
+            rows.append(training)
         out[algorithm] = rows
     return out
+
+
+#: the collections the training-side row averages: the last five (96k-120k frames at BenchMARL's 6000 per batch)
+TRAINING_TAIL = 5
+
+
+def _training_tail(algorithm: str, seeds: list[int]) -> dict | None:
+    """A second, less noisy look at the end of training: per run, the mean return of the episodes of its last
+    ``TRAINING_TAIL`` collections (each 60 episodes, near-greedy for the value-based algorithms: epsilon 0.01 by
+    then), over the seeds whose ``….training.json`` exists on both sides; the same difference and rule."""
+    from lit_marl.evaluation.statistics import independent_difference
+
+    tails: dict[str, dict[int, float]] = {}
+    for side in ("benchmarl", "lit-marl"):
+        tails[side] = {}
+        for seed in seeds:
+            path = result_path(side, algorithm, seed).with_suffix(".training.json")
+            if path.is_file():
+                curve = json.loads(path.read_text())
+                last = [curve[k] for k in sorted(curve, key=int)[-TRAINING_TAIL:]]
+                tails[side][seed] = sum(last) / len(last)
+    common = sorted(set(tails["benchmarl"]) & set(tails["lit-marl"]))
+    if len(common) < 2:
+        return None
+    bm, lm = [tails["benchmarl"][s] for s in common], [tails["lit-marl"][s] for s in common]
+    diff = independent_difference(lm, bm)
+    return {"frames": "training", "seeds": common, "benchmarl": bm, "lit_marl": lm,
+            "benchmarl_mean": sum(bm) / len(bm), "lit_marl_mean": sum(lm) / len(lm),
+            "difference": diff["mean_difference"], "probability_lit_marl_better": diff["probability_a_better"],
+            "learns_as_well": bool(diff["mean_difference"]["ci_high"] >= 0)}
 
 
 def main() -> None:
@@ -190,7 +224,8 @@ def main() -> None:
                 ci = f"{d['value']:+.2f} [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}]" if d else "—"
                 p = f"{r['probability_lit_marl_better']:.2f}" if d else "—"
                 per_seed = [" / ".join(f"{v:.1f}" for v in r[k]) for k in ("benchmarl", "lit_marl")]
-                print(f"| {algorithm} | {r['frames'] // 1000}k | {len(r['seeds'])} | {per_seed[0]} | {per_seed[1]} | "
+                when = f"{r['frames'] // 1000}k" if isinstance(r["frames"], int) else f"last {TRAINING_TAIL} collections"
+                print(f"| {algorithm} | {when} | {len(r['seeds'])} | {per_seed[0]} | {per_seed[1]} | "
                       f"{r['benchmarl_mean']:.2f} | {r['lit_marl_mean']:.2f} | {ci} | {p} | "
                       f"{'yes' if r['learns_as_well'] else '**no**'} |")
         return
