@@ -394,6 +394,9 @@ def main(argv: list[str]) -> int:
         from lit_marl.slurm.grid import submit
 
         return submit(bench, wait=args.wait)
+    from lit_marl.slurm.grid import refuse_live_jobs
+
+    refuse_live_jobs(bench)  # a local launch would run them twice
     torch.set_num_threads(1)
     runs = bench.run(in_process=args.in_process)
     return 1 if any(r.status == "failed" for r in runs) else 0

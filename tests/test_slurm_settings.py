@@ -53,10 +53,10 @@ def test_settings_become_sbatch_flags():
     assert parse_settings(None) == SlurmSettings()
 
 
-def _fake_slurm(folder: Path, partitions: str = "debug", sbatch_error: str = "") -> None:
+def _fake_slurm(folder: Path, partitions: str = "debug", sbatch_error: str = "", queue: str = "") -> None:
     """sinfo, squeue, scontrol and sbatch stand-ins: what the checks read, nothing submitted."""
     folder.mkdir()
-    scripts = {"sinfo": f"echo '{partitions}'", "squeue": "true", "scontrol": "true",
+    scripts = {"sinfo": f"echo '{partitions}'", "squeue": f"echo '{queue}'", "scontrol": "true",
                "sbatch": f"echo '{sbatch_error}' >&2; exit 1" if sbatch_error else "echo 'would start'"}
     for name, body in scripts.items():
         (folder / name).write_text(f"#!/bin/sh\n{body}\n")
@@ -140,3 +140,17 @@ def test_a_task_pickles_without_its_process(tmp_path):
     task._proc = object()  # a process handle does not travel with a requeue
     copy = pickle.loads(pickle.dumps(task))
     assert copy.folder == str(tmp_path) and copy._proc is None
+
+
+def test_a_local_launch_of_a_grid_with_runs_on_slurm_is_refused(tmp_path, monkeypatch, capsys):
+    grid = _grid(tmp_path)
+    bench = Benchmark(grid)
+    record_jobs(bench.root, {"balance/mappo/seed_1": {"job_id": "9_1"}})
+    _fake_slurm(tmp_path / "bin", queue="9_1|RUNNING")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["benchmark", "--config", str(grid)])
+    assert exit_info.value.code == 2
+    assert ("launcher: 1 run(s) of this grid are queued or running on SLURM (balance/mappo/seed_1: job 9_1); a local "
+            "launch would run them twice") in capsys.readouterr().err
+    assert not (bench.root / "balance").exists()

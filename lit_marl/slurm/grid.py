@@ -91,6 +91,23 @@ def status_table(bench: Benchmark, queue: dict[str, str] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def live_runs(bench: Benchmark, jobs: dict[str, dict[str, Any]], queue: dict[str, str]) -> list[Run]:
+    """The runs whose newest job is queued or running."""
+    return [r for r in bench.runs
+            if r.name in jobs and queue.get(jobs[r.name]["job_id"]) in PENDING_STATES | RUNNING_STATES]
+
+
+def refuse_live_jobs(bench: Benchmark) -> None:
+    """ConfigError before a local launch of a grid whose runs are queued or running on SLURM."""
+    jobs = read_jobs(bench.root)
+    live = live_runs(bench, jobs, queued()) if jobs else []
+    if live:
+        shown = ", ".join(f"{r.name}: job {jobs[r.name]['job_id']}" for r in live[:3])
+        raise ConfigError(f"launcher: {len(live)} run(s) of this grid are queued or running on SLURM ({shown}"
+                          f"{', ...' if len(live) > 3 else ''}); a local launch would run them twice; allowed: wait "
+                          f"for them (--status), scancel them, or --launcher slurm")
+
+
 def submit(bench: Benchmark, wait: bool = False, log=print, poll_s: float = 5.0) -> int:
     """Submit what is left of the grid (not finished, not queued or running already) as one job array; with
     ``wait``, return when those jobs have left the queue, after the summary table (exit code 1 when a run failed)."""
@@ -100,8 +117,7 @@ def submit(bench: Benchmark, wait: bool = False, log=print, poll_s: float = 5.0)
     jobs, queue = read_jobs(bench.root), queued()
     for run in bench.runs:
         bench.prepare(run)  # run_config.yaml (a changed grid is refused), finished runs skipped
-    live = [r for r in bench.runs if r.status == "pending" and r.name in jobs
-            and queue.get(jobs[r.name]["job_id"]) in PENDING_STATES | RUNNING_STATES]
+    live = [r for r in live_runs(bench, jobs, queue) if r.status == "pending"]
     todo = [r for r in bench.runs if r.status == "pending" and r not in live]
     log(f"lit-marl benchmark {bench.name} on SLURM: {len(bench.runs)} runs, "
         f"{sum(r.status == 'skipped' for r in bench.runs)} finished, {len(live)} queued or running already, "

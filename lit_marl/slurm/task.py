@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from typing_extensions import override
+
 from lit_marl.atomic import write_json
 
 #: a run whose fit failed (not interrupted) says so here; the next launch removes it
@@ -157,6 +159,7 @@ class FitRun(Watched):
         super().__init__(folder)
         self._resumed_from: Path | None = None
 
+    @override
     def before(self) -> str | None:
         from lit_marl.benchmark import FINISHED, RUN_CONFIG, latest_checkpoint
 
@@ -170,11 +173,13 @@ class FitRun(Watched):
         self._resumed_from = latest_checkpoint(folder)
         return None
 
+    @override
     def command(self) -> list[str]:
         from lit_marl.benchmark import fit_command
 
         return fit_command(Path(self.folder), self._resumed_from)
 
+    @override
     def after(self, returncode: int) -> str:
         from lit_marl.benchmark import write_finished
 
@@ -206,14 +211,17 @@ class TuneWorker(Watched):
     def __getstate__(self) -> dict:
         return {"folder": self.folder, "index": self.index}
 
+    @override
     def before(self) -> str | None:
         super().before()
         (Path(self.folder) / "workers").mkdir(exist_ok=True)
         return None
 
+    @override
     def command(self) -> list[str]:
         return [sys.executable, "-m", "lit_marl.tune.study", self.folder, str(self.index)]
 
+    @override
     def after(self, returncode: int) -> str:
         if returncode != 0:
             return f"worker {self.index} ended with exit {returncode}; see {Path(self.folder) / self.log}"
