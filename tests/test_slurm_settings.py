@@ -7,17 +7,22 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import signal
 import stat
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
+from typing_extensions import override
 
 from lit_marl.benchmark import Benchmark
 from lit_marl.cli import main
 from lit_marl.errors import ConfigError
 from lit_marl.slurm.grid import record_jobs, status_table
 from lit_marl.slurm.settings import SlurmSettings, check_cluster, parse_settings
-from lit_marl.slurm.task import FitRun, child_env
+from lit_marl.slurm.task import FitRun, Watched, child_env
 from tests.test_benchmark import _grid
 
 
@@ -154,3 +159,33 @@ def test_a_local_launch_of_a_grid_with_runs_on_slurm_is_refused(tmp_path, monkey
     assert ("launcher: 1 run(s) of this grid are queued or running on SLURM (balance/mappo/seed_1: job 9_1); a local "
             "launch would run them twice") in capsys.readouterr().err
     assert not (bench.root / "balance").exists()
+
+
+class _LateHandler(Watched):
+    """A process that installs its SIGUSR1 handler (exit 138, as lit-marl fit after its checkpoint) a second late."""
+
+    @override
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", "import signal, sys, time; time.sleep(1.0); "
+                "signal.signal(signal.SIGUSR1, lambda *_: sys.exit(138)); time.sleep(60)"]
+
+
+def test_the_time_limit_signal_stops_the_process_at_its_handler_and_hands_back_a_fresh_task(tmp_path):
+    """SLURM's SIGUSR2 reaches every process of the task: the watched one ignores it, and the stop signal is sent
+    until its handler takes it (a run signalled during its start-up still checkpoints)."""
+    task = _LateHandler(str(tmp_path))
+    result = []
+    thread = threading.Thread(target=lambda: result.append(task()))
+    thread.start()
+    deadline = time.time() + 30
+    while task._proc is None:
+        assert time.time() < deadline
+        time.sleep(0.05)
+    task._proc.send_signal(signal.SIGUSR2)
+    time.sleep(0.3)
+    assert task._proc.poll() is None  # not killed by SIGUSR2, nor by the SIGUSR1 that comes before its handler
+    delayed = task.checkpoint()
+    thread.join(timeout=30)
+    assert task._proc.returncode == 138 and result == ["exit 138"]
+    assert isinstance(delayed.function, _LateHandler) and delayed.function is not task
+    assert delayed.function.folder == str(tmp_path) and delayed.function._proc is None

@@ -180,6 +180,6 @@ def make_executor(settings: SlurmSettings, folder: Path, job_name: str, tasks: i
         stderr_to_stdout=True, additional_parameters=dict(settings.sbatch_flags),
         **({"partition": settings.partition} if settings.partition else {}),
         **({"gpus_per_node": settings.gpus_per_task} if settings.gpus_per_task else {}),
-        **({"mem": f"{int(settings.mem_gb * 1024)}MB"} if settings.mem_gb is not None else {}),
+        **({"mem": f"{int(settings.mem_gb * 1024)}M"} if settings.mem_gb is not None else {}),
     )
     return executor

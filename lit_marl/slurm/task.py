@@ -76,6 +76,9 @@ class Watched:
     (:meth:`before`) and what its exit code means (:meth:`after`)."""
 
     stop_signal: int = signal.SIGUSR1
+    #: send the stop signal again every RESEND_S seconds until the process ends (it ignores it until its handler
+    #: is installed); once is enough where its handler is there from the start (Python's SIGINT)
+    resend: bool = True
     log: str = "train.log"
 
     def __init__(self, folder: str) -> None:
@@ -126,15 +129,16 @@ class Watched:
         return result
 
     def _stop(self) -> int:
-        """Send the stop signal until the process ends (it ignores it until its handler is installed); its exit."""
+        """Send the stop signal (again every RESEND_S seconds with :attr:`resend`) until the process ends; its exit."""
         proc = self._proc
         assert proc is not None
+        proc.send_signal(self.stop_signal)
         while proc.poll() is None:
-            proc.send_signal(self.stop_signal)
             try:
                 proc.wait(timeout=RESEND_S)
             except subprocess.TimeoutExpired:
-                pass
+                if self.resend:
+                    proc.send_signal(self.stop_signal)
         return proc.returncode
 
     def checkpoint(self, *args, **kwargs):
@@ -202,6 +206,7 @@ class TuneWorker(Watched):
     (``best.yaml``, ``trials.csv``, plots)."""
 
     stop_signal = signal.SIGINT
+    resend = False  # a second Ctrl-C would interrupt the worker while it fails and requeues its trial
 
     def __init__(self, folder: str, index: int = 0) -> None:
         super().__init__(folder)
