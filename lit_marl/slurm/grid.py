@@ -108,7 +108,7 @@ def refuse_live_jobs(bench: Benchmark) -> None:
                           f"for them (--status), scancel them, or --launcher slurm")
 
 
-def submit(bench: Benchmark, wait: bool = False, log=print, poll_s: float = 5.0) -> int:
+def submit(bench: Benchmark, wait: bool = False, log=print, poll_s: float = 2.0) -> int:
     """Submit what is left of the grid (not finished, not queued or running already) as one job array; with
     ``wait``, return when those jobs have left the queue, after the summary table (exit code 1 when a run failed)."""
     settings = bench.slurm
@@ -156,7 +156,7 @@ def submit(bench: Benchmark, wait: bool = False, log=print, poll_s: float = 5.0)
     return 1 if any(r.status != "finished" for r in bench.runs) else 0
 
 
-def wait_for(job_ids: set[str], poll_s: float = 5.0) -> None:
+def wait_for(job_ids: set[str], poll_s: float = 2.0) -> None:
     """Return when none of ``job_ids`` is in the queue (twice in a row: a requeued job passes through states)."""
     absent = 0
     while absent < 2:

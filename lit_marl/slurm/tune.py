@@ -20,7 +20,7 @@ from lit_marl.slurm.task import TuneWorker
 
 
 def submit_workers(root: Path, workers: int, settings: SlurmSettings, wait: bool = False, log=print,
-                   poll_s: float = 5.0) -> bool:
+                   poll_s: float = 2.0) -> bool:
     """Submit ``workers`` workers on the study in ``root`` (prepared: ``lit-marl tune`` made it); with ``wait``,
     return when their jobs have left the queue. Whether it waited (the caller then writes the results)."""
     folder = root / "slurm" / time.strftime("%Y%m%d-%H%M%S")
