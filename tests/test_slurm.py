@@ -63,13 +63,16 @@ def _wait_until(condition, timeout: float, what: str) -> None:
 
 
 def test_a_grid_runs_as_one_job_array_and_reads_like_a_local_one(tmp_path, capsys):
-    """2 algorithms x 1 task x 2 seeds through sbatch: one array, one task per run, each a lit-marl fit that sees a
-    world of one process; --status and lit-marl report read the folder; a second submission submits nothing."""
+    """2 algorithms x 1 task x 2 seeds through sbatch: one array, one task per run, each a lit-marl fit whose world is
+    its own (one process, or the two DDP processes of its trainer.devices, never SLURM's tasks); --status and
+    lit-marl report read the folder; a second submission submits nothing."""
     ippo = tmp_path / "ippo.yaml"
     ippo.write_text(_tiny_balance(tmp_path / "mappo.yaml").read_text().replace("algorithms.MAPPO", "algorithms.IPPO"))
+    ddp = {"trainer.strategy": "ddp", "trainer.devices": 2, "trainer.accelerator": "cpu"}
     grid, root = _slurm_grid(tmp_path, "array", {"timeout_min": 10, "cpus_per_task": 1},
                              [{"class_path": "tests.slurm_helpers.RecordEnvironment"}],
-                             algorithms={"mappo": str(tmp_path / "mappo.yaml"), "ippo": str(ippo)})
+                             algorithms={"mappo": str(tmp_path / "mappo.yaml"),
+                                         "ippo": {"config": str(ippo), "overrides": ddp}})
     assert main(["benchmark", "--config", str(grid)]) is None
     jobs = read_jobs(root)
     assert sorted(jobs) == [f"balance/{a}/seed_{s}" for a in ("ippo", "mappo") for s in (0, 1)]
@@ -83,7 +86,8 @@ def test_a_grid_runs_as_one_job_array_and_reads_like_a_local_one(tmp_path, capsy
         assert json.loads((run / "finished.json").read_text())["frames"] == 400
         assert [p.name for p in (run / "train").iterdir()] == ["version_0"]
         seen = json.loads((run / "train" / "version_0" / "environment.json").read_text())
-        assert seen == {"world_size": 1, "num_nodes": 1, "cluster_environment": "LightningEnvironment"}
+        assert seen == {"world_size": 2 if "ippo" in name else 1, "num_nodes": 1,
+                        "cluster_environment": "LightningEnvironment"}
     capsys.readouterr()
     main(["benchmark", "--config", str(grid), "--status"])
     rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if "| balance |" in line]

@@ -40,7 +40,8 @@ from tests.test_benchmark import _grid
     ({"sbatch_flags": {"time": "01:00:00"}}, "slurm.sbatch_flags.time: lit-marl sets this sbatch flag itself; "
                                              "allowed: the setting slurm.timeout_min"),
     ({"sbatch_flags": {"ntasks": 4}}, "slurm.sbatch_flags.ntasks: lit-marl sets this sbatch flag itself; allowed: "
-                                      "nothing: lit-marl sets it (one task per run)"),
+                                      "nothing (one task per run, its logs in the grid's slurm/ folder, run in the "
+                                      "submitting directory)"),
     ({"sbatch_flags": {"--qos": "high"}}, "slurm.sbatch_flags: '--qos' is not an sbatch flag name"),
     ("gpu", "slurm: must be a mapping of SLURM settings, got 'gpu'"),
 ])

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lit_marl.atomic import write_json
+from lit_marl.atomic import write_atomic, write_json
 from lit_marl.benchmark import FINISHED, Benchmark, Run, latest_checkpoint, summary_table
 from lit_marl.errors import ConfigError
 from lit_marl.slurm.settings import check_cluster, make_executor
@@ -43,14 +43,19 @@ def record_jobs(root: Path, jobs: dict[str, dict[str, Any]]) -> None:
     write_json(root / JOBS_FILE, {**read_jobs(root), **jobs}, overwrite=True)
 
 
-def queued() -> dict[str, str]:
-    """Job id (``<array>_<task>`` for array tasks) -> squeue state, of this user's jobs in the queue."""
+def queued(strict: bool = False) -> dict[str, str]:
+    """Job id (``<array>_<task>`` for array tasks) -> squeue state, of this user's jobs in the queue; empty where
+    squeue does not answer, or (``strict``, before a submission: a run could be submitted twice) ConfigError."""
     try:
         done = subprocess.run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T"], capture_output=True,
                               text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    if done.returncode != 0:
+        error = "" if done.returncode == 0 else " ".join((done.stderr or done.stdout).split())
+    except (OSError, subprocess.TimeoutExpired) as err:
+        done, error = None, str(err)
+    if error:
+        if strict:
+            raise ConfigError(f"launcher: squeue failed ({error}); lit-marl reads the queue before submitting, so "
+                              f"that no run is submitted twice; allowed: submit where squeue works")
         return {}
     return dict(line.split("|", 1) for line in done.stdout.split() if "|" in line)
 
@@ -114,7 +119,7 @@ def submit(bench: Benchmark, wait: bool = False, log=print, poll_s: float = 2.0)
     settings = bench.slurm
     check_cluster(settings)  # before anything is written or submitted
     bench.root.mkdir(parents=True, exist_ok=True)
-    jobs, queue = read_jobs(bench.root), queued()
+    jobs, queue = read_jobs(bench.root), queued(strict=True)
     for run in bench.runs:
         bench.prepare(run)  # run_config.yaml (a changed grid is refused), finished runs skipped
     live = [r for r in live_runs(bench, jobs, queue) if r.status == "pending"]
@@ -132,7 +137,7 @@ def submit(bench: Benchmark, wait: bool = False, log=print, poll_s: float = 2.0)
         executor = make_executor(settings, folder / "%j", f"lit-marl:{bench.name}", len(todo))
         try:
             with executor.batch():
-                pending_jobs = [executor.submit(FitRun(str(run.folder))) for run in todo]
+                pending_jobs = [executor.submit(FitRun(str(run.folder.resolve()))) for run in todo]
         except Exception as err:  # noqa: BLE001 (sbatch's refusal, whatever submitit wraps it in)
             raise ConfigError(f"slurm: sbatch refused the job array: {' '.join(str(err).split())}") from None
         for run, job in zip(todo, pending_jobs):
@@ -152,6 +157,7 @@ def submit(bench: Benchmark, wait: bool = False, log=print, poll_s: float = 2.0)
 
             run.info = {**_final_metrics(run.folder), **json.loads((run.folder / FINISHED).read_text())}
     table = summary_table(bench.runs)
+    write_atomic(bench.root / "summary.md", table, overwrite=True)  # as a local launch: derived from the run folders
     log(table)
     return 1 if any(r.status != "finished" for r in bench.runs) else 0
 

@@ -31,7 +31,7 @@ MANAGED_FLAGS = {"array": "array_parallelism", "time": "timeout_min", "t": "time
                  "gpus-per-node": "gpus_per_task", "gpus-per-task": "gpus_per_task", "gpus": "gpus_per_task",
                  "mem": "mem_gb", "output": None, "o": None, "error": None, "e": None, "open-mode": None,
                  "nodes": None, "N": None, "ntasks": None, "n": None, "ntasks-per-node": None, "requeue": None,
-                 "no-requeue": None}
+                 "no-requeue": None, "chdir": None, "D": None}
 #: the commands lit-marl calls on the submitting machine
 COMMANDS = ("sbatch", "squeue", "sinfo", "scontrol")
 
@@ -122,7 +122,8 @@ def _sbatch_flags(name: str, value: Any) -> dict[str, Any]:
                               f"account, qos, constraint")
         if key in MANAGED_FLAGS:
             instead = MANAGED_FLAGS[key]
-            allowed = f"the setting slurm.{instead}" if instead else "nothing: lit-marl sets it (one task per run)"
+            allowed = f"the setting slurm.{instead}" if instead else \
+                "nothing (one task per run, its logs in the grid's slurm/ folder, run in the submitting directory)"
             raise ConfigError(f"{name}.{key}: lit-marl sets this sbatch flag itself; allowed: {allowed}")
         if not isinstance(flag_value, (str, int, float)) or flag_value is False:
             raise ConfigError(f"{name}.{key}: must be a string, a number or true (a flag without value), got "
