@@ -2,9 +2,10 @@
 # A one-node SLURM cluster on this machine, for `pytest -m slurm` (CI runs it before those tests; run it as root).
 #
 # Installs Debian's slurmctld, slurmd, slurm-client and munge where sbatch is missing, writes /etc/slurm/slurm.conf
-# for this host (all its CPUs, 90% of its memory, one partition `debug`), starts munged, slurmctld and slurmd where
-# they do not run yet, and waits until the node takes jobs. Idempotent: running it again on a running cluster
-# changes nothing (a changed slurm.conf is re-read with `scontrol reconfigure`). No systemd, no cgroups, no
+# for this host (all its CPUs, 90% of its memory, one partition `debug`, reached at 127.0.0.1 whatever the host name
+# resolves to), starts munged, slurmctld and slurmd where they do not run yet, and waits until the node takes jobs.
+# Idempotent: running it again on a running cluster changes nothing (a changed slurm.conf restarts the two SLURM
+# daemons this script started, found by their pid files). No systemd, no cgroups, no
 # accounting database: lit-marl never asks sacct or submitit for a job's state (the run folder and squeue say it).
 #
 #   bash scripts/start_slurm.sh        # then: sinfo; sbatch --wrap 'hostname'
@@ -43,7 +44,7 @@ mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
 NEW_CONF=$(cat <<EOF
 # written by lit-marl's scripts/start_slurm.sh: a one-node cluster for tests
 ClusterName=litmarl
-SlurmctldHost=$HOST
+SlurmctldHost=$HOST(127.0.0.1)
 SlurmUser=root
 AuthType=auth/munge
 # a requeued job waits cred_expire seconds before it starts again (120 by default)
@@ -71,7 +72,7 @@ ReturnToService=2
 KillWait=30
 MinJobAge=300
 MailProg=/bin/true
-NodeName=$HOST CPUs=$CPUS RealMemory=$MEMORY_MB State=UNKNOWN
+NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEMORY_MB State=UNKNOWN
 PartitionName=$PARTITION Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
 EOF
 )
@@ -84,16 +85,18 @@ fi
 running() {  # the daemon whose pid file is $1 runs
     [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
 }
-if ! running /run/slurmctld.pid; then
-    /usr/sbin/slurmctld
-    CHANGED=0
-fi
-if ! running /run/slurmd.pid; then
-    /usr/sbin/slurmd
-fi
+stop() {  # the daemon whose pid file is $1, if it runs (node and partition changes need a restart)
+    if running "$1"; then
+        kill "$(cat "$1")"
+        for _ in $(seq 100); do running "$1" || break; sleep 0.1; done
+    fi
+}
 if [ "$CHANGED" = 1 ]; then
-    scontrol reconfigure
+    stop /run/slurmd.pid
+    stop /run/slurmctld.pid
 fi
+running /run/slurmctld.pid || /usr/sbin/slurmctld
+running /run/slurmd.pid || /usr/sbin/slurmd
 
 # the node takes jobs: idle (or already busy), not down or drained
 for _ in $(seq 150); do
