@@ -29,7 +29,8 @@ Every run writes ``run_config.yaml`` (the config it runs), ``train/version_<n>/`
 ``marl_eval.json`` (:class:`~lit_marl.evaluation.marl_eval.MarlEvalJson`, continued across resumes), a log,
 and ``finished.json`` once it has finished. Running the same command again skips finished runs and resumes
 interrupted ones from their newest ``last.ckpt``; the grid is checked (every algorithm and task exists and
-fits) before any run starts.
+fits) before any run starts. ``launcher: slurm`` (or ``--launcher slurm``) with a ``slurm:`` mapping of settings
+submits the runs as one SLURM job array instead (:mod:`lit_marl.slurm`); ``--status`` shows each run's state.
 """
 
 from __future__ import annotations
@@ -50,12 +51,15 @@ import torch
 import yaml
 
 from lit_marl.envs.base import Task
-from lit_marl.errors import ConfigError, did_you_mean, positive_int
+from lit_marl.errors import ConfigError, did_you_mean, one_of, positive_int
 from lit_marl.evaluation.io import write_atomic, write_json
 from lit_marl.utils import instantiate
 
 FINISHED = "finished.json"
 RUN_CONFIG = "run_config.yaml"
+#: how the runs are started: processes on this machine, or a SLURM job array (lit_marl.slurm)
+LAUNCHERS = ("local", "slurm")
+GRID_KEYS = ("name", "output_dir", "parallel", "seeds", "algorithms", "tasks", "overrides", "launcher", "slurm")
 
 
 @dataclass
@@ -130,15 +134,20 @@ class Benchmark:
         path: the grid YAML.
         parallel: runs at a time (overrides the file's ``parallel``).
         output_dir: where ``<name>/`` goes (overrides the file's ``output_dir``).
+        launcher: ``local`` or ``slurm`` (overrides the file's ``launcher``).
     """
 
-    def __init__(self, path: str | os.PathLike, parallel: int | None = None, output_dir: str | None = None) -> None:
+    def __init__(self, path: str | os.PathLike, parallel: int | None = None, output_dir: str | None = None,
+                 launcher: str | None = None) -> None:
         self.path = Path(path)
         grid = _read_yaml(self.path, "config")
-        unknown = set(grid) - {"name", "output_dir", "parallel", "seeds", "algorithms", "tasks", "overrides"}
+        unknown = set(grid) - set(GRID_KEYS)
         if unknown:
-            raise ConfigError(f"config: unknown grid keys {sorted(unknown)}; allowed: name, output_dir, parallel, "
-                              f"seeds, algorithms, tasks, overrides")
+            raise ConfigError(f"config: unknown grid keys {sorted(unknown)}; allowed: {', '.join(GRID_KEYS)}")
+        self.launcher = one_of("launcher", launcher or grid.get("launcher", "local"), LAUNCHERS)
+        from lit_marl.slurm.settings import parse_settings
+
+        self.slurm = parse_settings(grid.get("slurm"))  # checked whatever the launcher: a typo shows now
         self.name = str(grid.get("name") or self.path.stem)
         self.root = Path(output_dir or grid.get("output_dir", "runs/benchmarks")) / self.name
         self.parallel = positive_int("parallel", parallel if parallel is not None else grid.get("parallel", 1))
@@ -249,23 +258,15 @@ class Benchmark:
                                   f"allowed: the same grid, or another name/output_dir for a new benchmark")
         else:
             write_atomic(config_file, text)
-        checkpoints = sorted(run.folder.glob("train/version_*/checkpoints/last.ckpt"),
-                             key=lambda p: int(p.parent.parent.name.split("_")[1]))
-        run.resumed_from = checkpoints[-1] if checkpoints else None
+        run.resumed_from = latest_checkpoint(run.folder)
 
     def command(self, run: Run) -> list[str]:
-        cmd = [sys.executable, "-m", "lit_marl.cli", "fit", "--config", str(run.folder / RUN_CONFIG)]
-        if run.resumed_from is not None:
-            cmd += ["--ckpt_path", str(run.resumed_from)]
-        return cmd
+        return fit_command(run.folder, run.resumed_from)
 
     def _finish(self, run: Run, returncode: int, seconds: float, log) -> None:
         run.seconds = seconds
         if returncode == 0:
-            run.info = {**_final_metrics(run.folder), "started": run.info.get("started"), "ended": time.time(),
-                        "seconds": seconds}
-            run.info["resumed_from"] = None if run.resumed_from is None else str(run.resumed_from)
-            write_json(run.folder / FINISHED, run.info)
+            run.info = write_finished(run.folder, run.info.get("started"), seconds, run.resumed_from)
             run.status = "finished"
         else:
             run.status = "failed"
@@ -315,6 +316,29 @@ class Benchmark:
         write_atomic(self.root / "summary.md", table, overwrite=True)  # derived from the run folders
         log(table)
         return self.runs
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    """The ``last.ckpt`` of the newest ``train/version_<n>`` of a run folder that has one (a resume starts there)."""
+    checkpoints = sorted(folder.glob("train/version_*/checkpoints/last.ckpt"),
+                         key=lambda p: int(p.parent.parent.name.split("_")[1]))
+    return checkpoints[-1] if checkpoints else None
+
+
+def fit_command(folder: Path, resumed_from: Path | None) -> list[str]:
+    """The ``lit-marl fit`` process of one run (every launcher starts this one)."""
+    cmd = [sys.executable, "-m", "lit_marl.cli", "fit", "--config", str(folder / RUN_CONFIG)]
+    if resumed_from is not None:
+        cmd += ["--ckpt_path", str(resumed_from)]
+    return cmd
+
+
+def write_finished(folder: Path, started: float | None, seconds: float, resumed_from: Path | None) -> dict[str, Any]:
+    """``finished.json`` of a run whose ``fit`` ended with exit 0 (a later launch skips the run); returns it."""
+    info = {**_final_metrics(folder), "started": started, "ended": time.time(), "seconds": seconds,
+            "resumed_from": None if resumed_from is None else str(resumed_from)}
+    write_json(folder / FINISHED, info)
+    return info
 
 
 def _fit_in_process(args: list[str]) -> int:
@@ -375,21 +399,40 @@ def summary_table(runs: list[Run]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``lit-marl benchmark --config GRID [--parallel N] [--output_dir DIR] [--dry_run]``."""
+    """``lit-marl benchmark --config GRID [--parallel N] [--output_dir DIR] [--launcher slurm [--wait]] [--status]
+    [--dry_run]``."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="lit-marl benchmark", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="the grid YAML (configs/benchmarks/*.yaml)")
     parser.add_argument("--parallel", type=int, default=None, help="runs at a time (default: the grid's)")
     parser.add_argument("--output_dir", default=None, help="where <name>/ goes (default: the grid's)")
+    parser.add_argument("--launcher", choices=LAUNCHERS, default=None,
+                        help="local processes, or one SLURM job array with the grid's slurm: settings "
+                             "(default: the grid's launcher, else local)")
+    parser.add_argument("--wait", action="store_true", help="with --launcher slurm: wait until the submitted runs "
+                                                           "have left the queue, then print the summary")
+    parser.add_argument("--status", action="store_true", help="each run's state (and SLURM job), run nothing")
     parser.add_argument("--dry_run", action="store_true", help="check the grid and list the runs, run nothing")
     parser.add_argument("--in_process", action="store_true", help="run one after the other in this process")
     args = parser.parse_args(argv)
-    bench = Benchmark(args.config, parallel=args.parallel, output_dir=args.output_dir)
+    bench = Benchmark(args.config, parallel=args.parallel, output_dir=args.output_dir, launcher=args.launcher)
+    if args.status:
+        from lit_marl.slurm.grid import status_table
+
+        print(status_table(bench), end="")
+        return 0
     if args.dry_run:
         for run in bench.runs:
             print(f"{run.name} -> {run.folder}")
         return 0
+    if bench.launcher == "slurm":
+        from lit_marl.slurm.grid import submit
+
+        return submit(bench, wait=args.wait)
+    from lit_marl.slurm.grid import refuse_live_jobs
+
+    refuse_live_jobs(bench)  # a local launch would run them twice
     torch.set_num_threads(1)
     runs = bench.run(in_process=args.in_process)
     return 1 if any(r.status == "failed" for r in runs) else 0

@@ -7,6 +7,7 @@
     lit-marl validate --config runs/<run>/config.yaml --ckpt_path runs/<run>/checkpoints/last.ckpt
     lit-marl test --config runs/<run>/config.yaml --ckpt_path ... [--evaluation.videos 10]
     lit-marl benchmark --config configs/benchmarks/vmas_on_policy.yaml     # algorithms × tasks × seeds
+    lit-marl benchmark --config configs/benchmarks/vmas_on_policy.yaml --launcher slurm   # as a SLURM job array
     lit-marl report runs/benchmarks/vmas_on_policy --out report/           # plots and tables
     lit-marl compare <eval folder A> <eval folder B>                       # paired difference with a CI
     lit-marl export --ckpt_path runs/<run>/checkpoints/last.ckpt --format onnx  # deployable per-group policies
@@ -242,7 +243,8 @@ COMMANDS = {
     "validate": "evaluate a checkpoint: its evaluation episodes and val/return, as during training",
     "test": "the full evaluation of a checkpoint: seeded episodes, per-episode records, success rate, videos, "
             "eval_info.json",
-    "benchmark": "a grid of algorithms x tasks x seeds, one run each (finished runs skipped, interrupted ones resumed)",
+    "benchmark": "a grid of algorithms x tasks x seeds, one run each (finished runs skipped, interrupted ones resumed), "
+                 "here or as a SLURM job array (--launcher slurm)",
     "report": "tables and plots of a benchmark's runs: IQM, optimality gap, performance profiles, with bootstrap CIs",
     "compare": "two evaluations of the same episodes side by side: the paired difference with a bootstrap CI",
     "export": "a checkpoint's per-group policies as TorchScript, torch.export or ONNX files, with their signature",

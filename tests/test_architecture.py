@@ -17,7 +17,7 @@ ROOT = Path(lit_marl.__file__).parent
 MAX_LINES = 450
 #: packages whose overriding methods must say so with ``@override``
 OVERRIDE_PACKAGES = ("lit_marl.algorithms", "lit_marl.envs", "lit_marl.models", "lit_marl.data", "lit_marl.callbacks",
-                     "lit_marl.tune")
+                     "lit_marl.tune", "lit_marl.slurm")
 
 
 def _sources() -> list[Path]:

@@ -76,7 +76,7 @@ def _settings(**changes):
     (_settings(seeds=[]), "seeds: must be a non-empty list of distinct integers, got []"),
     (_settings(trials=0), "trials: must be a positive integer, got 0"),
     (_settings(trial=3), "trial: not a search-space file setting; did you mean 'trials'? allowed: space, objective, "
-                         "direction, trials, seeds, sampler, pruner, heartbeat_timeout"),
+                         "direction, trials, seeds, sampler, pruner, heartbeat_timeout, launcher, slurm"),
 ])
 def test_a_bad_search_space_is_refused_by_name(data, message):
     with pytest.raises(ConfigError) as err:

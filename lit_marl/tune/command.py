@@ -1,8 +1,10 @@
-"""``lit-marl tune``: hyperparameter search of a config with Optuna, run locally by ``--workers`` processes.
+"""``lit-marl tune``: hyperparameter search of a config with Optuna, run by ``--workers`` processes here, or by
+``--workers`` SLURM array tasks (``--launcher slurm``, settings under ``slurm:`` in the space file).
 
 ::
 
     lit-marl tune --config configs/quickstart.yaml --space space.yaml --trials 20 --workers 2 --out runs/tune/qs
+    lit-marl tune --config configs/quickstart.yaml --space space.yaml --trials 20 --workers 8 --launcher slurm
 
 The search space and the study's settings are checked (every key against the config) before any trial starts.
 Running the same command again continues the study up to ``--trials``; the results are rewritten each time.
@@ -118,6 +120,31 @@ def run_workers(root: Path, workers: int, log=print) -> None:
             log(f"lit-marl tune: worker {i} ended with exit {proc.returncode}")
 
 
+def write_study_results(root: Path, log=print) -> None:
+    """``best.yaml``, ``trials.csv`` and the plots of the study in ``root``, from what it holds now."""
+    import optuna
+
+    from lit_marl.tune.results import write_results
+    from lit_marl.tune.space import parse_settings
+
+    settings = parse_settings(yaml.safe_load((root / SETTINGS_FILE).read_text()))
+    config = yaml.safe_load((root / BASE_CONFIG).read_text())
+    study = optuna.load_study(study_name=STUDY_NAME, storage=journal_storage(root / JOURNAL))
+    write_results(root, study, settings, config, log=log)
+
+
+def launch_settings(space_path: str, launcher: str | None):
+    """The launcher (``--launcher``, else the space file's ``launcher``, else local) and the ``slurm:`` settings of
+    the space file, checked."""
+    from lit_marl.errors import one_of
+    from lit_marl.slurm.settings import parse_settings as parse_slurm
+
+    data = _read_yaml(space_path, "space")
+    data = data if isinstance(data, dict) else {}
+    return one_of("launcher", launcher or data.get("launcher", "local"), ("local", "slurm")), \
+        parse_slurm(data.get("slurm"))
+
+
 def main(argv: list[str]) -> int:
     """``lit-marl tune --config C --space S [--trials N] [--workers K] [--out DIR] ...``."""
     parser = argparse.ArgumentParser(prog="lit-marl tune", description=__doc__.split("\n\n")[0])
@@ -133,6 +160,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--direction", default=None, help=f"one of {', '.join(DIRECTIONS)} (default maximize)")
     parser.add_argument("--sampler", default=None, help="tpe (default, seeded) or random")
     parser.add_argument("--pruner", default=None, help="none, median (default) or hyperband")
+    parser.add_argument("--launcher", choices=("local", "slurm"), default=None,
+                        help="worker processes here, or SLURM array tasks with the space file's slurm: settings "
+                             "(default: the space file's launcher, else local)")
+    parser.add_argument("--wait", action="store_true", help="with --launcher slurm: wait for the workers' jobs, then "
+                                                           "write the results (the last worker writes them anyway)")
     parser.add_argument("--dry_run", action="store_true", help="check the config and space, run nothing")
     args = parser.parse_args(argv)
     try:
@@ -144,15 +176,25 @@ def main(argv: list[str]) -> int:
     overrides = {"trials": args.trials, "seeds": args.seeds, "objective": args.objective,
                  "direction": args.direction, "sampler": args.sampler, "pruner": args.pruner}
     settings, config = check(args.config, args.space, overrides)
+    launcher, slurm = launch_settings(args.space, args.launcher)
     root = Path(args.out or Path("runs") / "tune" / Path(args.config).stem)
     if args.dry_run:
         print(f"lit-marl tune: {args.config} with {len(settings.space)} parameters "
               f"({', '.join(settings.space)}): {settings.trials} trials x {len(settings.seeds)} seeds -> {root}")
         return 0
+    if launcher == "slurm":
+        from lit_marl.slurm.settings import check_cluster
+
+        check_cluster(slurm)  # before the study folder is written
     study = prepare(root, settings, config)
     print(f"lit-marl tune {root}: {len(study.trials)} trials so far, up to {settings.trials}, {workers} worker(s); "
           f"{settings.objective} ({settings.direction}) over seeds {settings.seeds}", flush=True)
-    if workers == 1:
+    if launcher == "slurm":
+        from lit_marl.slurm.tune import submit_workers
+
+        if not submit_workers(root, workers, slurm, wait=args.wait):
+            return 0
+    elif workers == 1:
         Worker(root, settings, config).run()
     else:
         run_workers(root, workers)

@@ -32,7 +32,8 @@ OBJECTIVES = ("val/return", "auc")
 DIRECTIONS = ("maximize", "minimize")
 SAMPLERS = ("tpe", "random")
 PRUNERS = ("none", "median", "hyperband")
-SETTINGS = ("space", "objective", "direction", "trials", "seeds", "sampler", "pruner", "heartbeat_timeout")
+SETTINGS = ("space", "objective", "direction", "trials", "seeds", "sampler", "pruner", "heartbeat_timeout",
+            "launcher", "slurm")  # (the last two: how the workers start, read by lit_marl.tune.command)
 #: the arguments each distribution takes (``type`` aside)
 _ARGS = {"float": ("low", "high"), "log_float": ("low", "high"), "int": ("low", "high", "step"),
          "categorical": ("choices",)}

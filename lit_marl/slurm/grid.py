@@ -1,0 +1,171 @@
+"""``lit-marl benchmark --launcher slurm``: what is left of a grid as one SLURM job array, and ``--status``.
+
+The grid's folder gains::
+
+    <output_dir>/<name>/slurm_jobs.json          run -> its newest SLURM job (array job id _ task), submission folder
+    <output_dir>/<name>/slurm/<submission>/      submitit's sbatch script, pickles and job logs of one submission
+
+A run's state is read from its folder first (``finished.json``; ``failed.json``; a ``last.ckpt``) and from
+``squeue`` for a job still queued or running: submitit's own job states need SLURM accounting, which many
+clusters (and a one-node test cluster) lack.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from lit_marl.atomic import write_atomic, write_json
+from lit_marl.benchmark import FINISHED, Benchmark, Run, latest_checkpoint, summary_table
+from lit_marl.errors import ConfigError
+from lit_marl.slurm.settings import check_cluster, make_executor
+from lit_marl.slurm.task import FAILED, FitRun
+
+JOBS_FILE = "slurm_jobs.json"
+#: squeue states of a job waiting for its (next) start, and of one running
+PENDING_STATES = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "RESV_DEL_HOLD"}
+RUNNING_STATES = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING"}
+#: what ``--status`` calls each state
+STATES = ("finished", "running", "pending", "interrupted (resumable)", "failed", "not started")
+
+
+def read_jobs(root: Path) -> dict[str, dict[str, Any]]:
+    path = root / JOBS_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def record_jobs(root: Path, jobs: dict[str, dict[str, Any]]) -> None:
+    """Add (or replace) runs' jobs in ``slurm_jobs.json``, atomically."""
+    write_json(root / JOBS_FILE, {**read_jobs(root), **jobs}, overwrite=True)
+
+
+def queued(strict: bool = False) -> dict[str, str]:
+    """Job id (``<array>_<task>`` for array tasks) -> squeue state, of this user's jobs in the queue; empty where
+    squeue does not answer, or (``strict``, before a submission: a run could be submitted twice) ConfigError."""
+    try:
+        done = subprocess.run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T"], capture_output=True,
+                              text=True, timeout=60)
+        error = "" if done.returncode == 0 else " ".join((done.stderr or done.stdout).split())
+    except (OSError, subprocess.TimeoutExpired) as err:
+        done, error = None, str(err)
+    if error:
+        if strict:
+            raise ConfigError(f"launcher: squeue failed ({error}); lit-marl reads the queue before submitting, so "
+                              f"that no run is submitted twice; allowed: submit where squeue works")
+        return {}
+    return dict(line.split("|", 1) for line in done.stdout.split() if "|" in line)
+
+
+def run_state(run: Run, job: dict[str, Any] | None, queue: dict[str, str]) -> str:
+    """One of :data:`STATES`: the folder says finished or failed; squeue says pending or running; a ``last.ckpt``
+    left by a job no longer queued is interrupted (the next launch resumes it)."""
+    if (run.folder / FINISHED).is_file():
+        return "finished"
+    queue_state = queue.get(job["job_id"]) if job else None
+    if queue_state in RUNNING_STATES:
+        return "running"
+    if queue_state in PENDING_STATES:
+        return "pending" if latest_checkpoint(run.folder) is None else "pending (requeued)"
+    if (run.folder / FAILED).is_file():
+        return "failed"
+    if latest_checkpoint(run.folder) is not None:
+        return "interrupted (resumable)"
+    if job:  # submitted, left the queue, and wrote nothing the next launch could use
+        return "failed"
+    return "not started"
+
+
+def status_table(bench: Benchmark, queue: dict[str, str] | None = None) -> str:
+    """A Markdown table of every run of the grid: state, SLURM job, frames so far."""
+    from lit_marl.benchmark import _final_metrics
+
+    jobs = read_jobs(bench.root)
+    if queue is None:
+        queue = queued() if jobs else {}
+    lines = [f"lit-marl benchmark {bench.name}: {bench.root}",
+             "| task | algorithm | seed | state | SLURM job | frames |", "|---|---|---|---|---|---:|"]
+    for run in bench.runs:
+        job = jobs.get(run.name)
+        frames = _final_metrics(run.folder).get("frames") if run.folder.is_dir() else None
+        lines.append(f"| {run.task} | {run.algorithm} | {run.seed} | {run_state(run, job, queue)} | "
+                     f"{job['job_id'] if job else ''} | {'' if frames is None else frames} |")
+    return "\n".join(lines) + "\n"
+
+
+def live_runs(bench: Benchmark, jobs: dict[str, dict[str, Any]], queue: dict[str, str]) -> list[Run]:
+    """The runs whose newest job is queued or running."""
+    return [r for r in bench.runs
+            if r.name in jobs and queue.get(jobs[r.name]["job_id"]) in PENDING_STATES | RUNNING_STATES]
+
+
+def refuse_live_jobs(bench: Benchmark) -> None:
+    """ConfigError before a local launch of a grid whose runs are queued or running on SLURM."""
+    jobs = read_jobs(bench.root)
+    live = live_runs(bench, jobs, queued()) if jobs else []
+    if live:
+        shown = ", ".join(f"{r.name}: job {jobs[r.name]['job_id']}" for r in live[:3])
+        raise ConfigError(f"launcher: {len(live)} run(s) of this grid are queued or running on SLURM ({shown}"
+                          f"{', ...' if len(live) > 3 else ''}); a local launch would run them twice; allowed: wait "
+                          f"for them (--status), scancel them, or --launcher slurm")
+
+
+def submit(bench: Benchmark, wait: bool = False, log=print, poll_s: float = 2.0) -> int:
+    """Submit what is left of the grid (not finished, not queued or running already) as one job array; with
+    ``wait``, return when those jobs have left the queue, after the summary table (exit code 1 when a run failed)."""
+    settings = bench.slurm
+    check_cluster(settings)  # before anything is written or submitted
+    bench.root.mkdir(parents=True, exist_ok=True)
+    jobs, queue = read_jobs(bench.root), queued(strict=True)
+    for run in bench.runs:
+        bench.prepare(run)  # run_config.yaml (a changed grid is refused), finished runs skipped
+    live = [r for r in live_runs(bench, jobs, queue) if r.status == "pending"]
+    todo = [r for r in bench.runs if r.status == "pending" and r not in live]
+    log(f"lit-marl benchmark {bench.name} on SLURM: {len(bench.runs)} runs, "
+        f"{sum(r.status == 'skipped' for r in bench.runs)} finished, {len(live)} queued or running already, "
+        f"{sum(r.resumed_from is not None for r in todo)} to resume, {sum(r.resumed_from is None for r in todo)} "
+        f"to start")
+    submitted: dict[str, dict[str, Any]] = {}
+    if todo:
+        folder = bench.root / "slurm" / time.strftime("%Y%m%d-%H%M%S")
+        suffix = 1
+        while folder.exists():  # a fresh folder per submission: SLURM's job ids can repeat after a reset
+            folder, suffix = folder.with_name(f"{folder.name.split('.')[0]}.{suffix}"), suffix + 1
+        executor = make_executor(settings, folder / "%j", f"lit-marl:{bench.name}", len(todo))
+        try:
+            with executor.batch():
+                pending_jobs = [executor.submit(FitRun(str(run.folder.resolve()))) for run in todo]
+        except Exception as err:  # noqa: BLE001 (sbatch's refusal, whatever submitit wraps it in)
+            raise ConfigError(f"slurm: sbatch refused the job array: {' '.join(str(err).split())}") from None
+        for run, job in zip(todo, pending_jobs):
+            submitted[run.name] = {"job_id": job.job_id, "submission": str(folder), "submitted": time.time()}
+            log(f"  {'resume' if run.resumed_from else 'start '} {run.name}: job {job.job_id}")
+        record_jobs(bench.root, submitted)
+    if not wait:
+        log(f"see each run's state with: lit-marl benchmark --config {bench.path} --status")
+        return 0
+    waiting = {v["job_id"] for v in submitted.values()} | {jobs[r.name]["job_id"] for r in live}
+    wait_for(waiting, poll_s)
+    for run in bench.runs:
+        run.status = {"finished": "finished", "failed": "failed"}.get(
+            run_state(run, read_jobs(bench.root).get(run.name), {}), "interrupted")
+        if run.status == "finished":
+            from lit_marl.benchmark import _final_metrics
+
+            run.info = {**_final_metrics(run.folder), **json.loads((run.folder / FINISHED).read_text())}
+    table = summary_table(bench.runs)
+    write_atomic(bench.root / "summary.md", table, overwrite=True)  # as a local launch: derived from the run folders
+    log(table)
+    return 1 if any(r.status != "finished" for r in bench.runs) else 0
+
+
+def wait_for(job_ids: set[str], poll_s: float = 2.0) -> None:
+    """Return when none of ``job_ids`` is in the queue (twice in a row: a requeued job passes through states)."""
+    absent = 0
+    while absent < 2:
+        time.sleep(poll_s)
+        queue = queued()
+        absent = absent + 1 if not job_ids & set(queue) else 0
