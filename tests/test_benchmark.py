@@ -23,15 +23,18 @@ from tests.test_cli import _tiny_balance
 GRIDS = sorted((CONFIGS / "benchmarks").glob("*.yaml"))
 
 
+#: a two-robot balance of 10-step episodes
+BALANCE = {"class_path": "lit_marl.envs.VmasTask",
+           "init_args": {"scenario": "balance", "max_steps": 10, "scenario_kwargs": {"n_agents": 2}}}
+
+
 def _grid(tmp_path: Path, **changes) -> Path:
     grid = {
         "name": "tiny",
         "output_dir": str(tmp_path / "bench"),
         "seeds": [0, 1],
         "algorithms": {"mappo": str(_tiny_balance(tmp_path / "mappo.yaml"))},
-        "tasks": {"balance": {"class_path": "lit_marl.envs.VmasTask",
-                              "init_args": {"scenario": "balance", "max_steps": 10,
-                                            "scenario_kwargs": {"n_agents": 2}}}},
+        "tasks": {"balance": BALANCE},
         "overrides": {"model.init_args.max_frames": 400, "trainer.check_val_every_n_epoch": 5,
                       "checkpoint.every_n_epochs": 1, "model.init_args.n_minibatch_iters": 1},
     }
@@ -109,27 +112,29 @@ def test_benchmark_runs_in_parallel_processes(tmp_path, capsys):
     ],
 )
 def test_a_bad_grid_is_refused_before_anything_runs(tmp_path, capsys, change, fragments):
-    grid = _grid(tmp_path, **change)
+    _assert_refused(_grid(tmp_path, **change), capsys, fragments)
+
+
+def _assert_refused(grid: Path, capsys, fragments: list[str]) -> None:
+    """``lit-marl benchmark`` on ``grid`` exits 2 with every fragment in its message, and has written nothing."""
     with pytest.raises(SystemExit) as exit_info:
         main(["benchmark", "--config", str(grid)])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     for fragment in fragments:
         assert fragment in err, (fragment, err)
-    assert not (tmp_path / "bench").exists()
+    assert not (grid.parent / "bench").exists()
 
 
 def test_overrides_go_from_the_grid_to_the_task_for_one_algorithm(tmp_path):
-    balance = {"class_path": "lit_marl.envs.VmasTask",
-               "init_args": {"scenario": "balance", "max_steps": 10, "scenario_kwargs": {"n_agents": 2}}}
     tiny = str(_tiny_balance(tmp_path / "mappo.yaml"))
     grid = _grid(tmp_path, seeds=[0], algorithms={
         "mappo": tiny,
         "ippo": {"config": tiny, "overrides": {"model.class_path": "lit_marl.algorithms.IPPO",
                                                "model.init_args.lr": 1.0e-4}},
     }, tasks={
-        "plain": balance,
-        "long": {**balance, "overrides": {"model.init_args.lr": 2.0e-4, "model.init_args.gamma": 0.9},
+        "plain": BALANCE,
+        "long": {**BALANCE, "overrides": {"model.init_args.lr": 2.0e-4, "model.init_args.gamma": 0.9},
                  "algorithm_overrides": {"ippo": {"model.init_args.gamma": 0.8}}},
     })
     runs = {(r.task, r.algorithm): r.config for r in Benchmark(grid).runs}
@@ -154,17 +159,9 @@ def test_overrides_go_from_the_grid_to_the_task_for_one_algorithm(tmp_path):
 )
 def test_a_bad_override_is_refused_by_name_before_anything_runs(tmp_path, capsys, tasks_change, overrides,
                                                                 fragments):
-    balance = {"class_path": "lit_marl.envs.VmasTask",
-               "init_args": {"scenario": "balance", "max_steps": 10, "scenario_kwargs": {"n_agents": 2}}}
-    grid = _grid(tmp_path, tasks={"balance": {**balance, **tasks_change}},
+    grid = _grid(tmp_path, tasks={"balance": {**BALANCE, **tasks_change}},
                  overrides={"model.init_args.max_frames": 400, **overrides})
-    with pytest.raises(SystemExit) as exit_info:
-        main(["benchmark", "--config", str(grid)])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    for fragment in fragments:
-        assert fragment in err, (fragment, err)
-    assert not (tmp_path / "bench").exists()
+    _assert_refused(grid, capsys, fragments)
 
 
 def test_an_unknown_algorithm_is_refused(tmp_path, capsys):
