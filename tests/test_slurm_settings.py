@@ -9,6 +9,7 @@ import os
 import pickle
 import signal
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -23,6 +24,7 @@ from lit_marl.errors import ConfigError
 from lit_marl.slurm.grid import record_jobs, status_table
 from lit_marl.slurm.settings import SlurmSettings, check_cluster, parse_settings
 from lit_marl.slurm.task import FitRun, Watched, child_env
+from tests.conftest import ROOT
 from tests.test_benchmark import _grid
 
 
@@ -190,3 +192,25 @@ def test_the_time_limit_signal_stops_the_process_at_its_handler_and_hands_back_a
     assert task._proc.returncode == 138 and result == ["exit 138"]
     assert isinstance(delayed.function, _LateHandler) and delayed.function is not task
     assert delayed.function.folder == str(tmp_path) and delayed.function._proc is None
+
+
+def test_importing_submitit_leaves_the_applications_logging_alone(tmp_path):
+    """submitit's first import runs logging.config.dictConfig, which closes every handler the process has (here a
+    log file; under pytest, its own captures, which crashed the test run); lit-marl imports it without that."""
+    script = f"""
+import logging, sys
+handler = logging.FileHandler({str(tmp_path / 'app.log')!r})
+logging.getLogger().addHandler(handler)
+from lit_marl.slurm.settings import import_submitit
+assert "submitit" not in sys.modules
+import_submitit()
+logging.getLogger("app").warning("still logging")
+handler.flush()
+print("submitit" in sys.modules, handler in logging.getLogger().handlers)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True"]
+    assert (tmp_path / "app.log").read_text() == "still logging\n"
+    assert "Logging error" not in done.stderr

@@ -17,13 +17,18 @@ they make.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from lit_marl.errors import ConfigError, positive_float, positive_int
+
+#: submitit reads it on its first import ("NOCONFIG": leave logging as it is)
+SUBMITIT_LOG_VARIABLE = "SUBMITIT_LOG_LEVEL"
 
 #: sbatch flags lit-marl sets itself (one task per run, its time limit, signal, array and log files)
 MANAGED_FLAGS = {"array": "array_parallelism", "time": "timeout_min", "t": "timeout_min", "signal": "signal_delay_s",
@@ -136,7 +141,7 @@ def check_cluster(settings: SlurmSettings, field_name: str = "slurm") -> None:
     ``sbatch --test-only`` takes the settings (time limit, CPUs, GPUs, memory, account, qos…); ConfigError naming
     what is wrong otherwise."""
     try:
-        import submitit  # noqa: F401
+        import_submitit()
     except ImportError:
         raise ConfigError("launcher: 'slurm' needs submitit; allowed: pip install submitit (or pip install "
                           "'lit-marl[cluster]'), or launcher local") from None
@@ -168,10 +173,28 @@ def _run(cmd: list[str], what: str) -> str:
     return done.stdout
 
 
+def import_submitit():
+    """submitit, imported without the ``logging.config.dictConfig`` it runs on its first import: that call closes
+    every logging handler the process has (the application's log files, a test runner's captures) and replaces them.
+    Here its loggers propagate to the application's instead; in the array tasks (submitit's own job process, which
+    imports it afresh) it configures itself as usual."""
+    if "submitit" not in sys.modules:
+        previous = os.environ.get(SUBMITIT_LOG_VARIABLE)
+        os.environ[SUBMITIT_LOG_VARIABLE] = "NOCONFIG"
+        try:
+            import submitit  # noqa: F401
+        finally:
+            if previous is None:
+                os.environ.pop(SUBMITIT_LOG_VARIABLE, None)
+            else:
+                os.environ[SUBMITIT_LOG_VARIABLE] = previous
+    return sys.modules["submitit"]
+
+
 def make_executor(settings: SlurmSettings, folder: Path, job_name: str, tasks: int):
     """submitit's SLURM executor for ``tasks`` array tasks, its files (sbatch script, pickles, logs) in ``folder``:
     one task (submitit's ``srun`` step, which SLURM's time-limit signal reaches) and ``cpus_per_task`` CPUs each."""
-    import submitit
+    submitit = import_submitit()
 
     executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=settings.max_requeues)
     executor.update_parameters(
