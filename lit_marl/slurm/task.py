@@ -93,7 +93,8 @@ class Watched:
         self.__init__(**state)
 
     def command(self) -> list[str]:
-        raise NotImplementedError
+        """The process to run: each kind of task says (:class:`FitRun`: ``lit-marl fit``; the tune worker's)."""
+        raise NotImplementedError(f"{type(self).__name__} must say what it runs (command)")
 
     def before(self) -> str | None:
         """Checks before the process starts; a reason not to start it, or None."""
