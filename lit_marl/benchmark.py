@@ -53,12 +53,11 @@ import yaml
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, did_you_mean, one_of, positive_int
 from lit_marl.evaluation.io import write_atomic, write_json
+from lit_marl.slurm.settings import LAUNCHERS, parse_settings
 from lit_marl.utils import instantiate
 
 FINISHED = "finished.json"
 RUN_CONFIG = "run_config.yaml"
-#: how the runs are started: processes on this machine, or a SLURM job array (lit_marl.slurm)
-LAUNCHERS = ("local", "slurm")
 GRID_KEYS = ("name", "output_dir", "parallel", "seeds", "algorithms", "tasks", "overrides", "launcher", "slurm")
 
 
@@ -145,8 +144,6 @@ class Benchmark:
         if unknown:
             raise ConfigError(f"config: unknown grid keys {sorted(unknown)}; allowed: {', '.join(GRID_KEYS)}")
         self.launcher = one_of("launcher", launcher or grid.get("launcher", "local"), LAUNCHERS)
-        from lit_marl.slurm.settings import parse_settings
-
         self.slurm = parse_settings(grid.get("slurm"))  # checked whatever the launcher: a typo shows now
         self.name = str(grid.get("name") or self.path.stem)
         self.root = Path(output_dir or grid.get("output_dir", "runs/benchmarks")) / self.name

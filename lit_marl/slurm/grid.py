@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from lit_marl.atomic import write_atomic, write_json
-from lit_marl.benchmark import FINISHED, Benchmark, Run, latest_checkpoint, summary_table
+from lit_marl.benchmark import FINISHED, Benchmark, Run, _final_metrics, latest_checkpoint, summary_table
 from lit_marl.errors import ConfigError
-from lit_marl.slurm.settings import check_cluster, make_executor
+from lit_marl.slurm.settings import check_cluster, submit_array
 from lit_marl.slurm.task import FAILED, FitRun
 
 JOBS_FILE = "slurm_jobs.json"
@@ -81,8 +81,6 @@ def run_state(run: Run, job: dict[str, Any] | None, queue: dict[str, str]) -> st
 
 def status_table(bench: Benchmark, queue: dict[str, str] | None = None) -> str:
     """A Markdown table of every run of the grid: state, SLURM job, frames so far."""
-    from lit_marl.benchmark import _final_metrics
-
     jobs = read_jobs(bench.root)
     if queue is None:
         queue = queued() if jobs else {}
@@ -130,16 +128,8 @@ def submit(bench: Benchmark, wait: bool = False, log=print, poll_s: float = 2.0)
         f"to start")
     submitted: dict[str, dict[str, Any]] = {}
     if todo:
-        folder = bench.root / "slurm" / time.strftime("%Y%m%d-%H%M%S")
-        suffix = 1
-        while folder.exists():  # a fresh folder per submission: SLURM's job ids can repeat after a reset
-            folder, suffix = folder.with_name(f"{folder.name.split('.')[0]}.{suffix}"), suffix + 1
-        executor = make_executor(settings, folder / "%j", f"lit-marl:{bench.name}", len(todo))
-        try:
-            with executor.batch():
-                pending_jobs = [executor.submit(FitRun(str(run.folder.resolve()))) for run in todo]
-        except Exception as err:  # noqa: BLE001 (sbatch's refusal, whatever submitit wraps it in)
-            raise ConfigError(f"slurm: sbatch refused the job array: {' '.join(str(err).split())}") from None
+        folder, pending_jobs = submit_array(settings, bench.root, f"lit-marl:{bench.name}",
+                                            [FitRun(str(run.folder.resolve())) for run in todo])
         for run, job in zip(todo, pending_jobs):
             submitted[run.name] = {"job_id": job.job_id, "submission": str(folder), "submitted": time.time()}
             log(f"  {'resume' if run.resumed_from else 'start '} {run.name}: job {job.job_id}")
@@ -149,12 +139,11 @@ def submit(bench: Benchmark, wait: bool = False, log=print, poll_s: float = 2.0)
         return 0
     waiting = {v["job_id"] for v in submitted.values()} | {jobs[r.name]["job_id"] for r in live}
     wait_for(waiting, poll_s)
+    jobs = read_jobs(bench.root)
     for run in bench.runs:
-        run.status = {"finished": "finished", "failed": "failed"}.get(
-            run_state(run, read_jobs(bench.root).get(run.name), {}), "interrupted")
+        run.status = {"finished": "finished", "failed": "failed"}.get(run_state(run, jobs.get(run.name), {}),
+                                                                      "interrupted")
         if run.status == "finished":
-            from lit_marl.benchmark import _final_metrics
-
             run.info = {**_final_metrics(run.folder), **json.loads((run.folder / FINISHED).read_text())}
     table = summary_table(bench.runs)
     write_atomic(bench.root / "summary.md", table, overwrite=True)  # as a local launch: derived from the run folders

@@ -21,12 +21,15 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from lit_marl.errors import ConfigError, positive_float, positive_int
 
+#: how runs (or a study's workers) are started: processes on this machine, or a SLURM job array
+LAUNCHERS = ("local", "slurm")
 #: submitit reads it on its first import ("NOCONFIG": leave logging as it is)
 SUBMITIT_LOG_VARIABLE = "SUBMITIT_LOG_LEVEL"
 
@@ -207,3 +210,20 @@ def make_executor(settings: SlurmSettings, folder: Path, job_name: str, tasks: i
         **({"mem": f"{int(settings.mem_gb * 1024)}M"} if settings.mem_gb is not None else {}),
     )
     return executor
+
+
+def submit_array(settings: SlurmSettings, root: Path, job_name: str, tasks: list) -> tuple[Path, list]:
+    """``tasks`` (callables submitit pickles) as one job array, its files in a fresh submission folder
+    ``<root>/slurm/<date-time>[.<n>]`` (SLURM's job ids can repeat after a reset: never reuse one); the folder and
+    submitit's jobs. sbatch's refusal is a ConfigError."""
+    folder = root / "slurm" / time.strftime("%Y%m%d-%H%M%S")
+    suffix = 1
+    while folder.exists():
+        folder, suffix = folder.with_name(f"{folder.name.split('.')[0]}.{suffix}"), suffix + 1
+    executor = make_executor(settings, folder / "%j", job_name, len(tasks))
+    try:
+        with executor.batch():
+            jobs = [executor.submit(task) for task in tasks]
+    except Exception as err:  # noqa: BLE001 (sbatch's refusal, whatever submitit wraps it in)
+        raise ConfigError(f"slurm: sbatch refused the job array: {' '.join(str(err).split())}") from None
+    return folder, jobs

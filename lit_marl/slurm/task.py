@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 from typing_extensions import override
@@ -70,7 +71,7 @@ def array_job_id() -> str | None:
     return os.environ.get("SLURM_JOB_ID")
 
 
-class Watched:
+class Watched(ABC):
     """A process started in ``folder`` (its output appended to ``folder/log``) and stopped with ``stop_signal`` when
     SLURM's time-limit signal comes; subclasses say what it is (:meth:`command`), what is checked before it starts
     (:meth:`before`) and what its exit code means (:meth:`after`)."""
@@ -92,9 +93,9 @@ class Watched:
     def __setstate__(self, state: dict) -> None:
         self.__init__(**state)
 
+    @abstractmethod
     def command(self) -> list[str]:
         """The process to run: each kind of task says (:class:`FitRun`: ``lit-marl fit``; the tune worker's)."""
-        raise NotImplementedError(f"{type(self).__name__} must say what it runs (command)")
 
     def before(self) -> str | None:
         """Checks before the process starts; a reason not to start it, or None."""

@@ -13,9 +13,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from lit_marl.errors import ConfigError
 from lit_marl.slurm.grid import record_jobs, wait_for
-from lit_marl.slurm.settings import SlurmSettings, make_executor
+from lit_marl.slurm.settings import SlurmSettings, submit_array
 from lit_marl.slurm.task import TuneWorker
 
 
@@ -23,16 +22,8 @@ def submit_workers(root: Path, workers: int, settings: SlurmSettings, wait: bool
                    poll_s: float = 2.0) -> bool:
     """Submit ``workers`` workers on the study in ``root`` (prepared: ``lit-marl tune`` made it); with ``wait``,
     return when their jobs have left the queue. Whether it waited (the caller then writes the results)."""
-    folder = root / "slurm" / time.strftime("%Y%m%d-%H%M%S")
-    suffix = 1
-    while folder.exists():  # a fresh folder per submission: SLURM's job ids can repeat after a reset
-        folder, suffix = folder.with_name(f"{folder.name.split('.')[0]}.{suffix}"), suffix + 1
-    executor = make_executor(settings, folder / "%j", f"lit-marl-tune:{root.name}", workers)
-    try:
-        with executor.batch():
-            jobs = [executor.submit(TuneWorker(str(root.resolve()), index)) for index in range(workers)]
-    except Exception as err:  # noqa: BLE001 (sbatch's refusal, whatever submitit wraps it in)
-        raise ConfigError(f"slurm: sbatch refused the job array: {' '.join(str(err).split())}") from None
+    folder, jobs = submit_array(settings, root, f"lit-marl-tune:{root.name}",
+                                [TuneWorker(str(root.resolve()), index) for index in range(workers)])
     record_jobs(root, {f"worker_{i}": {"job_id": job.job_id, "submission": str(folder), "submitted": time.time()}
                        for i, job in enumerate(jobs)})
     log(f"lit-marl tune: {workers} SLURM worker(s): jobs {', '.join(job.job_id for job in jobs)}; logs in "

@@ -26,6 +26,7 @@ import yaml
 
 from lit_marl.atomic import write_atomic
 from lit_marl.errors import ConfigError, positive_int
+from lit_marl.slurm.settings import LAUNCHERS
 from lit_marl.tune.space import DIRECTIONS, OBJECTIVES, TuneSettings, parse_settings
 from lit_marl.tune.study import BASE_CONFIG, JOURNAL, SETTINGS_FILE, STUDY_NAME, Worker, journal_storage, with_params
 
@@ -141,7 +142,7 @@ def launch_settings(space_path: str, launcher: str | None):
 
     data = _read_yaml(space_path, "space")
     data = data if isinstance(data, dict) else {}
-    return one_of("launcher", launcher or data.get("launcher", "local"), ("local", "slurm")), \
+    return one_of("launcher", launcher or data.get("launcher", "local"), LAUNCHERS), \
         parse_slurm(data.get("slurm"))
 
 
@@ -160,7 +161,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--direction", default=None, help=f"one of {', '.join(DIRECTIONS)} (default maximize)")
     parser.add_argument("--sampler", default=None, help="tpe (default, seeded) or random")
     parser.add_argument("--pruner", default=None, help="none, median (default) or hyperband")
-    parser.add_argument("--launcher", choices=("local", "slurm"), default=None,
+    parser.add_argument("--launcher", choices=LAUNCHERS, default=None,
                         help="worker processes here, or SLURM array tasks with the space file's slurm: settings "
                              "(default: the space file's launcher, else local)")
     parser.add_argument("--wait", action="store_true", help="with --launcher slurm: wait for the workers' jobs, then "
