@@ -53,7 +53,7 @@ import yaml
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, did_you_mean, one_of, positive_int
 from lit_marl.evaluation.io import write_atomic, write_json
-from lit_marl.slurm.settings import LAUNCHERS, parse_settings
+from lit_marl.slurm.settings import LAUNCHERS, add_launcher_arguments, parse_settings
 from lit_marl.utils import instantiate
 
 FINISHED = "finished.json"
@@ -404,11 +404,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--config", required=True, help="the grid YAML (configs/benchmarks/*.yaml)")
     parser.add_argument("--parallel", type=int, default=None, help="runs at a time (default: the grid's)")
     parser.add_argument("--output_dir", default=None, help="where <name>/ goes (default: the grid's)")
-    parser.add_argument("--launcher", choices=LAUNCHERS, default=None,
-                        help="local processes, or one SLURM job array with the grid's slurm: settings "
-                             "(default: the grid's launcher, else local)")
-    parser.add_argument("--wait", action="store_true", help="with --launcher slurm: wait until the submitted runs "
-                                                           "have left the queue, then print the summary")
+    add_launcher_arguments(parser, "runs as processes", "grid", "print the summary")
     parser.add_argument("--status", action="store_true", help="each run's state (and SLURM job), run nothing")
     parser.add_argument("--dry_run", action="store_true", help="check the grid and list the runs, run nothing")
     parser.add_argument("--in_process", action="store_true", help="run one after the other in this process")

@@ -227,3 +227,13 @@ def submit_array(settings: SlurmSettings, root: Path, job_name: str, tasks: list
     except Exception as err:  # noqa: BLE001 (sbatch's refusal, whatever submitit wraps it in)
         raise ConfigError(f"slurm: sbatch refused the job array: {' '.join(str(err).split())}") from None
     return folder, jobs
+
+
+def add_launcher_arguments(parser, workers: str, file: str, waited: str) -> None:
+    """``--launcher`` and ``--wait`` of a command that starts ``workers`` here or as SLURM array tasks with the
+    ``slurm:`` settings of its ``file``; ``waited``: what ``--wait`` does once the jobs have left the queue."""
+    parser.add_argument("--launcher", choices=LAUNCHERS, default=None,
+                        help=f"{workers} here, or SLURM array tasks with the {file}'s slurm: settings (default: the "
+                             f"{file}'s launcher, else local)")
+    parser.add_argument("--wait", action="store_true",
+                        help=f"with --launcher slurm: wait until the jobs have left the queue, then {waited}")

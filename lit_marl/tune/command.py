@@ -26,7 +26,7 @@ import yaml
 
 from lit_marl.atomic import write_atomic
 from lit_marl.errors import ConfigError, positive_int
-from lit_marl.slurm.settings import LAUNCHERS
+from lit_marl.slurm.settings import LAUNCHERS, add_launcher_arguments
 from lit_marl.tune.space import DIRECTIONS, OBJECTIVES, TuneSettings, parse_settings
 from lit_marl.tune.study import BASE_CONFIG, JOURNAL, SETTINGS_FILE, STUDY_NAME, Worker, journal_storage, with_params
 
@@ -161,11 +161,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--direction", default=None, help=f"one of {', '.join(DIRECTIONS)} (default maximize)")
     parser.add_argument("--sampler", default=None, help="tpe (default, seeded) or random")
     parser.add_argument("--pruner", default=None, help="none, median (default) or hyperband")
-    parser.add_argument("--launcher", choices=LAUNCHERS, default=None,
-                        help="worker processes here, or SLURM array tasks with the space file's slurm: settings "
-                             "(default: the space file's launcher, else local)")
-    parser.add_argument("--wait", action="store_true", help="with --launcher slurm: wait for the workers' jobs, then "
-                                                           "write the results (the last worker writes them anyway)")
+    add_launcher_arguments(parser, "worker processes", "space file",
+                           "write the results (the last worker writes them anyway)")
     parser.add_argument("--dry_run", action="store_true", help="check the config and space, run nothing")
     args = parser.parse_args(argv)
     try:
