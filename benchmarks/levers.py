@@ -107,7 +107,8 @@ def main() -> None:
     result = {name: statistics.median(t) for name, t in times.items()}
     if args.compile:
         _set_lean(model, True)
-        model.compile_losses = True
+        for learner in model.learners.values():
+            learner.compile_objective = True
         start = time.perf_counter()
         _time_steps(model, adam[True], batches[False], 3)
         result["compile: first 3 steps (s)"] = time.perf_counter() - start

@@ -4,6 +4,7 @@ Lightning's ``metrics.csv``."""
 from __future__ import annotations
 
 import os
+import re
 import uuid
 import zipfile
 from pathlib import Path
@@ -19,9 +20,9 @@ from lit_marl.reading import looks_like_json
 from lit_marl.utils import rng_state
 
 #: version of the ``checkpoint["lit_marl"]`` layout
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 #: layouts this lit-marl reads (a checkpoint of any other layout is refused by name)
-READABLE_FORMATS = (1,)
+READABLE_FORMATS = (1, 2)
 #: ``--ckpt_path`` values that Lightning resolves itself
 LIGHTNING_CKPT_ALIASES = ("last", "best", "hpc", "registry")
 
@@ -186,6 +187,29 @@ def run_meta(algorithm: str, task: Any, frames: int, iteration: int) -> dict[str
     }
 
 
+#: a weight's name as format 1 wrote it (before learners): ``policies.<group>.…``, or an ensemble's
+#: ``algorithms.<group>.policies.<group>.…``
+_FORMAT_1_NAME = re.compile(r"^(?:algorithms\.[^.]+\.)?(policies|critics|losses|explorations)\.([^.]+)\.(.*)$")
+_FORMAT_1_PART = {"policies": "policy", "critics": "critic", "losses": "objective", "explorations": "exploration"}
+
+
+def migrate_state_dict(checkpoint: dict[str, Any]) -> None:
+    """Rename, in place, the weights of a format-1 checkpoint (written before each group's parts moved into its
+    learner) to today's names: ``policies.<g>.…`` → ``learners.<g>.policy.…``, ``losses.<g>.…`` →
+    ``learners.<g>.objective.…``, and the same for critics, explorations and an ensemble's ``algorithms.<g>.…``."""
+    meta = checkpoint.get("lit_marl") or {}
+    if meta.get("format_version") != 1 or "state_dict" not in checkpoint:
+        return
+    renamed = {}
+    for name, value in checkpoint["state_dict"].items():
+        match = _FORMAT_1_NAME.match(name)
+        if match:
+            part, group, rest = match.groups()
+            name = f"learners.{group}.{_FORMAT_1_PART[part]}.{rest}"
+        renamed[name] = value
+    checkpoint["state_dict"] = renamed
+
+
 def checked_meta(checkpoint: dict[str, Any], algorithm: str, task: Any,
                  state_dict: dict[str, torch.Tensor]) -> dict[str, Any]:
     """A loaded checkpoint's ``lit_marl`` entry, once the checkpoint is known to fit ``algorithm`` on ``task`` and
@@ -258,6 +282,33 @@ def check_state_dict(saved: dict[str, Any], current: dict[str, torch.Tensor], so
         f"{source}: the checkpoint's networks do not fit the model: {'; '.join(parts)}; allowed: the actor_model, "
         f"critic_model and parameter-sharing settings the checkpoint was trained with (its run's config.yaml)"
     )
+
+
+def buffers_meta(buffers: dict[str, Any], world_size: int, token: str) -> dict[str, Any]:
+    """What a checkpoint's ``lit_marl`` entry holds of the replay buffers: their state by group, or, under DDP, where
+    each process writes its own (:func:`save_buffers_per_process`) and their state to write there."""
+    from lit_marl.data.replay import buffer_state
+
+    state = {group: buffer_state(buffer) for group, buffer in buffers.items()}
+    if world_size > 1:
+        return {"rank_buffers_state": state, "rank_buffers": {"world_size": world_size, "token": token}}
+    return {"replay_buffers": state}
+
+
+def rank_buffers(saved: dict[str, Any], ckpt_path: Path, rank: int, world_size: int) -> dict[str, Any] | None:
+    """Process ``rank``'s replay buffers of a DDP checkpoint (``saved``: its ``rank_buffers`` entry), read from their
+    sidecar file; None, with a warning, where the checkpoint was written by another number of processes."""
+    if saved["world_size"] != world_size:
+        from lightning.pytorch.utilities import rank_zero_warn
+
+        rank_zero_warn(f"lit-marl: the checkpoint's replay buffers belong to {saved['world_size']} processes and "
+                       f"this run has {world_size}; training continues with empty buffers")
+        return None
+    sidecar = rank_sidecar(ckpt_path, saved["token"], rank)
+    if not sidecar.is_file():
+        raise CheckpointError(f"ckpt_path: the replay buffers of process {rank} ({sidecar.name}) are missing "
+                              f"beside {str(ckpt_path)!r}; allowed: the checkpoint with its .rank<r> files")
+    return torch.load(sidecar, map_location="cpu", weights_only=True)
 
 
 def rank_sidecar(path: Path, token: str, rank: int) -> Path:

@@ -13,7 +13,7 @@ from tests.test_off_policy import ddpg_kwargs
 
 def test_compile_is_off_by_default_and_must_be_a_bool():
     model = MAPPO(tiny_task(), **tiny_kwargs())
-    assert model.compile_losses is False and model.loss_module("agents") is model.losses["agents"]
+    assert model.compile_losses is False and model.learners["agents"].objective_fn() is model.losses["agents"]
     assert callable(model.compile)  # nn.Module's method is not shadowed by the flag
     with pytest.raises(ConfigError, match="compile"):
         MAPPO(tiny_task(), compile="yes", **tiny_kwargs())
@@ -45,7 +45,7 @@ def test_a_cuda_graph_loss_starts_a_graph_step_and_clones_its_terms(monkeypatch)
     overwritten by the next replay). Checked on CPU with a stand-in for the compiled loss."""
     from tensordict import TensorDict
 
-    from lit_marl.algorithms.base import _CudaGraphOutputs
+    from lit_marl.algorithms.learner import _CudaGraphOutputs
 
     static = TensorDict({"loss_objective": torch.tensor(1.0, requires_grad=True)}, [])
     marks = []

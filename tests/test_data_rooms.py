@@ -31,7 +31,7 @@ def _transitions(n: int, start: float = 0.0) -> TensorDict:
     (ReplayShape(8, slice_length=3), LazyTensorStorage, SliceSampler),
 ])
 def test_a_replay_shape_chooses_storage_and_sampler(tmp_path, shape, storage, sampler):
-    buffers = group_buffers(["a", "b"], shape, torch.device("cpu"), tmp_path)
+    buffers = group_buffers({"a": shape, "b": shape}, torch.device("cpu"), tmp_path)
     assert list(buffers) == ["a", "b"] and buffers["a"] is not buffers["b"]
     assert type(buffers["a"].storage) is storage and type(buffers["a"].sampler) is sampler
     if shape.where == "disk":
@@ -41,12 +41,12 @@ def test_a_replay_shape_chooses_storage_and_sampler(tmp_path, shape, storage, sa
 
 def test_group_buffers_restore_contents_cursor_and_priorities(tmp_path):
     shape = ReplayShape(8, priority=(0.6, 0.4))
-    original = group_buffers(["a"], shape, torch.device("cpu"), tmp_path)
+    original = group_buffers({"a": shape}, torch.device("cpu"), tmp_path)
     original["a"].extend(_transitions(6))
     original["a"].extend(_transitions(5, start=100.0))  # wraps around: 11 writes into 8 slots
     original["a"].update_priority(torch.tensor([1, 4]), torch.tensor([3.0, 0.5]))
     state = {"a": buffer_state(original["a"])}
-    restored = group_buffers(["a"], shape, torch.device("cpu"), tmp_path, restored=state)["a"]
+    restored = group_buffers({"a": shape}, torch.device("cpu"), tmp_path, restored=state)["a"]
     assert len(restored) == 8
     assert torch.equal(restored.storage.get(slice(0, 8)).get(("a", "obs")),
                        original["a"].storage.get(slice(0, 8)).get(("a", "obs")))

@@ -12,7 +12,7 @@ import torch
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from lit_marl.algorithms import IPPO, MADDPG, MAPPO, MASAC, Ensemble
+from lit_marl.algorithms import DDPG, IPPO, MADDPG, MAPPO, MASAC, SAC, Ensemble
 from lit_marl.cli import main
 from lit_marl.envs import VmasTask
 from lit_marl.errors import ConfigError
@@ -45,8 +45,9 @@ def _off_policy(**overrides) -> Ensemble:
 
 def test_each_group_uses_its_own_algorithm():
     model = _on_policy()
-    assert isinstance(model.algorithms["adversary"], MAPPO) and isinstance(model.algorithms["agent"], IPPO)
-    assert model.algorithms["adversary"].groups == ["adversary"] and model.algorithms["agent"].groups == ["agent"]
+    assert model.algorithm_classes == {"adversary": MAPPO, "agent": IPPO}
+    assert model.learners["adversary"].group == "adversary" and model.learners["agent"].group == "agent"
+    assert model.learners["adversary"].centralised_critic and not model.learners["agent"].centralised_critic
     specs = model.task.specs
     obs_adversary = specs.observation_spec["adversary", "observation"].shape[-1]
     obs_agent = specs.observation_spec["agent", "observation"].shape[-1]
@@ -54,9 +55,9 @@ def test_each_group_uses_its_own_algorithm():
     first_critic_layer = {g: next(c.parameters()) for g, c in model.critics.items()}
     assert first_critic_layer["adversary"].shape[-1] == 3 * obs_adversary
     assert first_critic_layer["agent"].shape[-1] == obs_agent
-    # the networks are the groups' algorithms' own, registered once
-    assert model.policies["adversary"] is model.algorithms["adversary"].policies["adversary"]
-    assert all(key.startswith("algorithms.") for key in model.state_dict())
+    # the networks are the groups' learners' own, registered once
+    assert model.policies["adversary"] is model.learners["adversary"].policy
+    assert all(key.startswith("learners.") for key in model.state_dict())
     # each group's optimizer parameter groups keep that group's learning rate
     lrs = {g["name"]: g["lr"] for g in model.configure_optimizers().param_groups}
     assert lrs == {"adversary/actor": 1e-3, "adversary/critic": 1e-3, "agent/actor": 3e-4, "agent/critic": 3e-4}
@@ -64,7 +65,8 @@ def test_each_group_uses_its_own_algorithm():
 
 def test_off_policy_groups_train_with_their_own_buffers_and_targets(tmp_path):
     model = _off_policy()
-    assert isinstance(model.algorithms["adversary"], MADDPG) and isinstance(model.algorithms["agent"], MASAC)
+    assert model.algorithm_classes == {"adversary": MADDPG, "agent": MASAC}
+    assert isinstance(model.learners["adversary"], DDPG) and isinstance(model.learners["agent"], SAC)
     trainer = tiny_trainer(tmp_path, max_epochs=2)
     trainer.fit(model)
     assert model.frames == 80 and trainer.global_step == 4
@@ -91,8 +93,6 @@ def test_resume_continues_counters_and_weights_bitwise(tmp_path, build):
     resumed, resumed_trainer = _fit(tmp_path, "resumed", build, max_epochs=4, ckpt_path=tmp_path / "first" / "last.ckpt")
     assert resumed.frames == straight.frames == 160 and resumed.iteration == straight.iteration == 4
     assert resumed_trainer.global_step == straight_trainer.global_step
-    for algorithm in resumed.members:
-        assert algorithm.frames == 160 and algorithm.iteration == 4
     straight_state, resumed_state = straight.state_dict(), resumed.state_dict()
     assert straight_state.keys() == resumed_state.keys()
     for key in straight_state:
@@ -108,7 +108,7 @@ def test_checkpoint_names_each_groups_algorithm_and_refuses_another(tmp_path):
     assert checkpoint["lit_marl"]["algorithm"] == "ensemble"
     assert checkpoint["lit_marl"]["ensemble"] == {"adversary": "mappo", "agent": "ippo"}
     loaded = Ensemble.load_from_checkpoint(tmp_path / "run" / "last.ckpt", weights_only=True)
-    assert isinstance(loaded.algorithms["adversary"], MAPPO) and isinstance(loaded.algorithms["agent"], IPPO)
+    assert loaded.algorithm_classes == {"adversary": MAPPO, "agent": IPPO}
     swapped = Ensemble(_tag(), {"adversary": {"class_path": "IPPO", "init_args": {"actor_model": MLP, "critic_model": MLP}},
                                 "agent": {"class_path": "MAPPO", "init_args": {"actor_model": MLP, "critic_model": MLP}}},
                        **SHARED, n_minibatch_iters=2, minibatch_size=20)

@@ -77,7 +77,7 @@ def test_soft_update_is_polyak_averaging():
         for value in online.values():
             value.add_(1.0)
     before = target.clone()
-    model._target_updaters["agents"].step()
+    model.learners["agents"].target_updater.step()
     for key in target.keys():
         torch.testing.assert_close(target[key], 0.75 * before[key] + 0.25 * online[key])
 
@@ -90,9 +90,9 @@ def test_hard_update_copies_every_n_steps():
             value.add_(1.0)
     before = target.clone()
     for _ in range(3):
-        model._target_updaters["agents"].step()
+        model.learners["agents"].target_updater.step()
         assert all(torch.equal(target[k], before[k]) for k in target.keys())
-    model._target_updaters["agents"].step()
+    model.learners["agents"].target_updater.step()
     assert all(torch.equal(target[k], online[k]) for k in target.keys())
 
 
@@ -101,7 +101,7 @@ def test_init_random_frames_act_randomly_first(tmp_path):
 
     class Spy(MarlCallback):
         def on_batch_collected(self, trainer, pl_module, batch):
-            seen.append(pl_module._random_switch["policy"].active)
+            seen.append(pl_module.learners["agents"]._random_switch.active)
 
     pl.seed_everything(0)
     model = MADDPG(tiny_task(), **ddpg_kwargs(init_random_frames=80))

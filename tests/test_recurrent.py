@@ -210,7 +210,7 @@ def test_sequence_slices_stay_in_one_episode_and_burn_in_refreshes_the_state():
         for p in model.policies["agents"].parameters():
             p.add_(0.1 * torch.randn_like(p))
     key = ("agents", "action_value_hidden")
-    fresh = model._burn_in("agents", sample.clone())
+    fresh = model.learners["agents"]._burn_in(sample.clone())
     assert fresh.batch_size == (4, 2)
     state = sample[key][:, 0]
     with torch.no_grad():

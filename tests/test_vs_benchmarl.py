@@ -73,10 +73,10 @@ def test_lit_marl_computes_what_benchmarl_computes(algorithm):
 def test_the_harness_finds_the_qmix_clipping_that_differed(monkeypatch):
     """Before lit-marl clipped QMIX's Q-network and mixer by their joint norm, each part was clipped alone: the
     harness must see that in the gradients and the weights."""
-    from lit_marl.algorithms.base import MarlAlgorithm
+    from lit_marl.algorithms.learner import GroupLearner
     from lit_marl.algorithms.q_learning import QLearning
 
-    monkeypatch.setattr(QLearning, "clip_group", MarlAlgorithm.clip_group)
+    monkeypatch.setattr(QLearning, "clip_group", GroupLearner.clip_group)
     failed = {row["check"] for row in harness.compare("qmix", 120_000).failed}
     assert any(name.startswith("grad local_value_network_params") for name in failed), failed
     assert any(name.startswith("weights after: mixer_network_params") for name in failed), failed

@@ -230,7 +230,7 @@ def compare(algorithm: str, max_frames: int) -> Checks:
             if theirs.numel():
                 checks.close(f"grad {attr}[{i}] after clipping", mine.grad, theirs)
     optimizer.step()
-    updater = getattr(model, "_target_updaters", {}).get(GROUP)
+    updater = getattr(model.learners[GROUP], "target_updater", None)  # off-policy learners have one
     if updater is not None:
         updater.step()
     for attr, tensors in ref["params_after"].items():
@@ -268,12 +268,12 @@ def compare(algorithm: str, max_frames: int) -> Checks:
     # exploration over a whole anneal
     schedule = ref["exploration"]
     if schedule.get("frames"):
-        module = model.explorations[GROUP] if hasattr(model, "explorations") else None
+        module = model.learners[GROUP].exploration
         values = []
         frames_per_batch = schedule["frames"][1] - schedule["frames"][0]
         for _ in schedule["frames"]:
             values.append(float(getattr(module, schedule["name"])))
-            model.advance_exploration(frames_per_batch)
+            model.learners[GROUP].after_collection(frames_per_batch)
         checks.close(f"exploration: {schedule['name']} by iteration", torch.tensor(values),
                      torch.tensor(schedule["value"]))
     return checks

@@ -1,24 +1,24 @@
-"""The shared LightningModule of every MARL algorithm.
+"""The run: the LightningModule every MARL algorithm is.
 
-Per group (``task.group_map``) an algorithm builds a policy, a loss and whatever the loss needs, in
-``__init__`` from the task's specs; envs and collectors are built lazily in ``train_dataloader`` /
-``val_dataloader`` and never become submodules. One Lightning epoch is one collection iteration
-(DESIGN.md §2); the Trainer owns backward, clipping, precision and checkpoints.
+An algorithm is a run (this module: collection, evaluation, the training loop, one optimizer, clipping, metrics,
+checkpoints) holding one learner per agent group (:class:`~lit_marl.algorithms.learner.GroupLearner`: what that group
+learns) in ``learners``. Envs and collectors are built lazily in ``train_dataloader`` / ``val_dataloader`` and never
+become submodules. One Lightning epoch is one collection iteration (DESIGN.md §2); the Trainer owns backward,
+clipping, precision and checkpoints.
 
-Per-group hooks a subclass overrides (BenchMARL's decomposition):
-
-- :meth:`_build_policy` / :meth:`_build_loss`: networks and torchrl loss of one group;
-- :meth:`process_batch`: what happens to a collected batch before training (e.g. GAE);
-- :meth:`loss`: the loss terms of one group on one minibatch; every ``loss`` / ``loss_*`` entry is summed;
-- :meth:`param_groups`: the optimizer parameter groups (named ``<group>/<role>``) of one group.
+A concrete algorithm names its learner class and the run it needs, e.g. ``class MAPPO(OnPolicyAlgorithm):
+learner_class = PPO``; its constructor takes the learner's arguments and the run's, each declared once
+(:mod:`lit_marl.algorithms.arguments`).
 """
 
 from __future__ import annotations
 
-import inspect
+import copy
+import tempfile
 import time
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections import defaultdict
+from pathlib import Path
 from typing import Any, ClassVar
 
 import lightning.pytorch as pl
@@ -28,44 +28,42 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
+from torchrl.data import TensorDictReplayBuffer
 from typing_extensions import override
 
+from lit_marl.algorithms.arguments import build_learner, compose
 from lit_marl.algorithms.collection import CollectionLoop
-from lit_marl.algorithms.registry import check_fits
+from lit_marl.algorithms.learner import GroupLearner, RunFacts
 from lit_marl.callbacks import FrameBudget, MetricsFileRepair, NumericalFaultPolicy, PreemptionCheckpoint
-from lit_marl.checkpoint import AtomicCheckpointIO, check_compatible, checked_meta, read_checkpoint, run_meta
+from lit_marl.checkpoint import (
+    AtomicCheckpointIO,
+    buffers_meta,
+    check_compatible,
+    checked_meta,
+    migrate_state_dict,
+    rank_buffers,
+    read_checkpoint,
+    run_meta,
+    save_buffers_per_process,
+)
 from lit_marl.data import Sampler
 from lit_marl.data.evaluator import Evaluator
+from lit_marl.data.replay import group_buffers
 from lit_marl.distributed import check_shares, check_strategy, reduce_means
 from lit_marl.envs.base import Task
-from lit_marl.errors import (
-    ConfigError,
-    check_gradient_clipping,
-    check_types,
-    device_name,
-    positive_float,
-    positive_int,
-    unit_interval,
-)
+from lit_marl.errors import ConfigError, check_gradient_clipping, device_name, positive_int
 from lit_marl.lightning_adapter import attached_trainer, logged_step
-from lit_marl.models import ModelConfig, Mlp
-from lit_marl.utils import deepcopy_keeping_shared_tensors, instantiate
+from lit_marl.utils import Configurable, deepcopy_keeping_shared_tensors, instantiate
 
 
 class MarlAlgorithm(CollectionLoop, ABC):
-    """Base of every lit-marl algorithm.
+    """Base of every lit-marl algorithm: the run, holding one learner per agent group.
 
     Args:
         task: the benchmark task (e.g. ``VmasTask("balance")``).
-        actor_model: network of each group's policy (default ``Mlp()``: 256-256, Tanh).
-        critic_model: network of each group's critic, where the algorithm has one (default ``Mlp()``).
-        share_policy_params: one policy network shared by all agents of a group.
         frames_per_batch: environment steps collected per iteration (all envs together).
         num_envs: parallel (vectorised) training environments.
         max_frames: frame budget; training stops after the iteration that reaches it.
-        lr: Adam learning rate (every parameter group).
-        adam_eps: Adam epsilon.
-        gamma: discount factor.
         evaluation_episodes: episodes per evaluation (validation loop).
         evaluation_batch_size: episodes rolled out in parallel per evaluation batch (default: all).
         evaluation_deterministic: evaluate the policy's mode instead of sampling actions.
@@ -88,9 +86,13 @@ class MarlAlgorithm(CollectionLoop, ABC):
 
     #: name written into checkpoints (a checkpoint only loads into the same algorithm); empty on bases
     algorithm_name: ClassVar[str] = ""
+    #: what each group learns (None on bases, and on an Ensemble, whose groups name their own)
+    learner_class: ClassVar[type[GroupLearner] | None] = None
+    #: arguments of ``learner_class`` fixed by the algorithm (e.g. MAPPO's centralised critic), not the user's
+    learner_settings: ClassVar[dict[str, Any]] = {}
     #: trains on the frames just collected (True) or on a replay buffer (False)
     on_policy: ClassVar[bool] = False
-    #: whether the algorithm trains recurrent networks (on sequences)
+    #: the learner's capabilities (copied from ``learner_class``; the registry suggests algorithms by them)
     supports_recurrent: ClassVar[bool] = False
     supports_continuous_actions: ClassVar[bool] = True
     supports_discrete_actions: ClassVar[bool] = True
@@ -100,18 +102,22 @@ class MarlAlgorithm(CollectionLoop, ABC):
     nan_policy: str = "stop"
     __deepcopy__ = deepcopy_keeping_shared_tensors  # a copy's losses read the tensors its optimizer updates
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        learner = cls.learner_class
+        if learner is not None:  # unless the class says otherwise itself
+            for flag in ("on_policy", "supports_recurrent", "supports_continuous_actions", "supports_discrete_actions"):
+                if flag not in cls.__dict__:
+                    setattr(cls, flag, getattr(learner, flag))
+        if cls.algorithm_name:  # concrete: one flat constructor of the learner's and the run's arguments
+            compose(cls, learner)
+
     def __init__(
         self,
         task: Task,
-        actor_model: ModelConfig | None = None,
-        critic_model: ModelConfig | None = None,
-        share_policy_params: bool = True,
         frames_per_batch: int = 6000,
         num_envs: int = 10,
         max_frames: int = 3_000_000,
-        lr: float = 5e-5,
-        adam_eps: float = 1e-6,
-        gamma: float = 0.99,
         evaluation_episodes: int = 10,
         evaluation_batch_size: int | None = None,
         evaluation_deterministic: bool = True,
@@ -122,16 +128,13 @@ class MarlAlgorithm(CollectionLoop, ABC):
         seed: int = 0,
         compile: bool = False,
         collect_with_grad: bool = False,
+        **learner_arguments: Any,
     ) -> None:
         super().__init__()
         if not self.algorithm_name:
             concrete = ", ".join(c.__name__ for c in type(self).__subclasses__()) or "one of its subclasses"
             raise TypeError(f"{type(self).__name__} is a base class without an algorithm_name; use {concrete}")
-        # Validate everything cheap before any environment (even the probe) is built.
-        check_types(MarlAlgorithm.__init__, {k: v for k, v in locals().items() if k != "self"})
         self.task = instantiate(task, Task, "task")
-        self.actor_model = instantiate(actor_model if actor_model is not None else Mlp(), ModelConfig, "actor_model")
-        self.critic_model = instantiate(critic_model if critic_model is not None else Mlp(), ModelConfig, "critic_model")
         self.frames_per_batch = positive_int("frames_per_batch", frames_per_batch)
         self.num_envs = positive_int("num_envs", num_envs)
         if frames_per_batch % num_envs:
@@ -143,12 +146,8 @@ class MarlAlgorithm(CollectionLoop, ABC):
         if max_frames < frames_per_batch:  # one iteration collects frames_per_batch: the budget would be overrun
             raise ConfigError(f"max_frames: {max_frames} is smaller than frames_per_batch={frames_per_batch} (one "
                               f"iteration collects frames_per_batch frames); allowed: max_frames >= frames_per_batch")
-        self.lr = positive_float("lr", lr)
-        self.adam_eps = positive_float("adam_eps", adam_eps)
-        self.gamma = unit_interval("gamma", gamma)
         self._set_evaluation_args(evaluation_episodes, evaluation_batch_size, evaluation_deterministic,
                                   evaluation_seed, test_episodes, test_videos, seed)
-        self.share_policy_params = bool(share_policy_params)
         self.sampling_device = device_name("sampling_device", sampling_device)
         self.seed = int(seed)
         self.compile_losses = bool(compile)  # not ``self.compile``: that is nn.Module's method
@@ -156,23 +155,24 @@ class MarlAlgorithm(CollectionLoop, ABC):
         if self.collect_with_grad and not self.task.differentiable:
             raise ConfigError(f"collect_with_grad: true needs a differentiable simulator, and the task {self.task.name} "
                               f"({type(self.task).__name__}) is not one; allowed: false, or a VmasTask")
-        self._check_fits()
         self._validate_args()
-
-        self.save_hyperparameters(ignore=["task", "actor_model", "critic_model"])
-        init_args = inspect.signature(type(self).__init__).parameters
-        configs = {name: getattr(self, name).to_config() for name in ("task", "actor_model", "critic_model")
-                   if name in init_args}
-        self.hparams.update(configs)
-        self._hparams_initial.update(configs)
+        hparams = {name: value.to_config() if isinstance(value, Configurable) else value
+                   for name, value in getattr(self, "_arguments", {}).items()}
+        # as save_hyperparameters(hparams) would, without its search of the callers' frames for init arguments
+        self._set_hparams(hparams)
+        self._hparams_initial = copy.deepcopy(self._hparams)
+        self._log_hyperparams = True
 
         # Counters (saved in checkpoint["lit_marl"]).
         self.frames = 0
         self.iteration = 0
 
-        specs = self.task.specs
-        self.groups: list[str] = list(specs.group_map)
-        self._build_networks()
+        self.check_learners(learner_arguments)  # before any env (even the probe that finds the groups) is built
+        self.groups: list[str] = list(self.task.specs.group_map)
+        #: what each group learns, by group
+        self.learners = nn.ModuleDict(self.build_learners(learner_arguments, self.groups))
+        for learner in self.learners.values():
+            learner.compile_objective = self.compile_losses
 
         # Runtime state: plain attributes (not submodules), rebuilt lazily.
         self._sampler: Sampler | None = None
@@ -181,6 +181,7 @@ class MarlAlgorithm(CollectionLoop, ABC):
         self._epoch_metrics: dict[str, list[torch.Tensor]] = defaultdict(list)
         self._eval_rollouts: list[TensorDictBase] = []
         self._timer: dict[str, float] = {}
+        self._replay_buffer_map: dict[str, TensorDictReplayBuffer] | None = None
         #: whether the current optimizer step was skipped for a NaN/Inf (``nan_policy="skip"``)
         self.update_skipped = False
         #: the last iteration's training row as logged: ``{"step", "epoch", "metrics"}`` (checkpoints carry it)
@@ -189,109 +190,90 @@ class MarlAlgorithm(CollectionLoop, ABC):
         self.stopped_by_signal: int | None = None
         self.signal_checkpoint: str | None = None
         self._faults = NumericalFaultPolicy()
-        self._compiled_losses: dict[str, Any] = {}
-
-    @staticmethod
-    def base_init_args(values: dict[str, Any]) -> dict[str, Any]:
-        """The arguments of :class:`MarlAlgorithm` found in ``values`` (a subclass's ``locals()``), so a
-        subclass with an explicit signature can forward them without listing them twice."""
-        if isinstance(values.get("self"), MarlAlgorithm):  # the subclass's own arguments against its annotations
-            check_types(type(values["self"]).__init__, values)
-        names = inspect.signature(MarlAlgorithm.__init__).parameters
-        return {name: values[name] for name in names if name != "self" and name in values}
-
-    # ------------------------------------------------------------------ checks
-    def _check_fits(self) -> None:
-        """Refuse a task or models this algorithm cannot train (:func:`~lit_marl.algorithms.registry.check_fits`)."""
-        check_fits(type(self), self.task, self.actor_model, self.critic_model)
 
     def _validate_args(self) -> None:
-        """Subclasses validate their own arguments here (called before any env is built)."""
+        """Subclasses validate their own arguments against the run's here (called before any learner is built)."""
 
-    # ------------------------------------------------------------------ per-group hooks
-    def _build_networks(self) -> None:
-        """``policies``, ``critics`` and ``losses`` of every group from the per-group hooks below (an
-        :class:`~lit_marl.algorithms.Ensemble` takes them from its per-group algorithms instead)."""
-        self.policies = nn.ModuleDict({g: self._build_policy(g) for g in self.groups})
-        critics = {g: self._build_critic(g) for g in self.groups}
-        self.critics = nn.ModuleDict({g: c for g, c in critics.items() if c is not None})
-        self.losses = nn.ModuleDict({g: self._build_loss(g) for g in self.groups})
+    @property
+    def loop_batch_size(self) -> int:
+        """Frames per minibatch (on-policy) or transitions per group per optimizer step (off-policy)."""
+        raise NotImplementedError(f"{type(self).__name__} has no training loop; use OnPolicyAlgorithm or "
+                                  f"OffPolicyAlgorithm")
 
-    @abstractmethod
-    def _build_policy(self, group: str) -> TensorDictModuleBase:
-        """The policy of ``group``: reads ``(group, "observation")``, writes ``(group, "action")``."""
+    def run_facts(self) -> RunFacts:
+        """What each learner may read of this run."""
+        return RunFacts(max_frames=self.max_frames, frames_per_batch=self.frames_per_batch, num_envs=self.num_envs,
+                        batch_size=self.loop_batch_size, collect_with_grad=self.collect_with_grad)
 
-    def _build_critic(self, group: str) -> TensorDictModuleBase | None:
-        """The critic of ``group`` (None where the algorithm has none); built before the loss."""
-        return None
+    def check_learners(self, arguments: dict[str, Any]) -> None:
+        """The learner's arguments checked before the groups are known (:func:`~arguments.build_learner`)."""
+        build_learner(type(self), self.task, None, self.run_facts(), arguments)
 
-    @abstractmethod
-    def _build_loss(self, group: str) -> nn.Module:
-        """The torchrl loss module of ``group``, with its keys set to the group's nested keys."""
+    def build_learners(self, arguments: dict[str, Any], groups: list[str]) -> dict[str, GroupLearner]:
+        """One ``learner_class`` per group with the user's ``arguments`` (an Ensemble builds a class per group)."""
+        return {g: build_learner(type(self), self.task, g, self.run_facts(), arguments) for g in groups}
 
-    @abstractmethod
-    def param_groups(self, group: str) -> dict[str, list[nn.Parameter]]:
-        """Parameters of ``group`` by role (``actor``, ``critic``…); each becomes a named optimizer group."""
+    # ------------------------------------------------------------------ the groups' parts, by group
+    def _by_group(self, part: str) -> nn.ModuleDict:
+        """A view of one part of every group's learner, for the groups whose learner has it."""
+        return nn.ModuleDict({g: m for g, learner in self.learners.items() if (m := getattr(learner, part, None))
+                              is not None})
 
-    def clip_group(self, group: str, role: str) -> str:
-        """The name of the parameters ``role``'s gradients are clipped together with (by their joint norm, logged as
-        ``train/<name>/grad_norm``): by default each role alone, as BenchMARL clips each loss's parameters."""
-        return f"{group}/{role}"
+    policies = property(lambda self: self._by_group("policy"), doc="Each group's policy (a view of the learners').")
+    critics = property(lambda self: self._by_group("critic"), doc="Each group's critic, where it has one (a view).")
+    losses = property(lambda self: self._by_group("objective"), doc="Each group's torchrl loss (a view).")
+    explorations = property(lambda self: self._by_group("exploration"), doc="Each group's exploration module (a view).")
 
     def process_batch(self, batch: TensorDictBase) -> TensorDictBase:
-        """Called (without grad) on every collected batch before training; returns the batch.
-
-        The base version gives every group its own ``("next", group, "done"|"terminated")`` of shape
-        ``[*B, n_agents, 1]``, expanded from the root where the task reports them once (VMAS): torchrl's
-        value estimators need them beside the group's reward.
-        """
-        nxt = batch.get("next")
-        for group in self.groups:
-            reward_shape = nxt.get((group, "reward")).shape
-            for key in ("done", "terminated"):
-                if (group, key) not in nxt.keys(include_nested=True):
-                    nxt.set((group, key), nxt.get(key).unsqueeze(-2).expand(reward_shape))
+        """Every learner's :meth:`~GroupLearner.process_batch`, in group order (each reads and writes its group's)."""
+        for learner in self.learners.values():
+            batch = learner.process_batch(batch)
         return batch
 
     def loss(self, group: str, batch: TensorDictBase) -> TensorDictBase:
-        """Loss terms of ``group`` on a minibatch: every ``loss`` or ``loss_*`` entry is summed into the objective,
-        every other scalar is logged. Override to add terms::
-
-            def loss(self, group, batch):
-                terms = super().loss(group, batch)
-                terms["loss_l2"] = 1e-4 * sum(p.square().sum() for p in self.policies[group].parameters())
-                return terms
-        """
-        return self.loss_module(group)(batch)
-
-    def loss_module(self, group: str) -> nn.Module:
-        """``group``'s loss as training calls it: the torchrl loss, or its ``torch.compile``d form (``compile``)."""
-        if not self.compile_losses:
-            return self.losses[group]
-        if group not in self._compiled_losses:  # kept out of the module tree: the same parameters, no new state
-            compiled = torch.compile(self.losses[group], mode="reduce-overhead" if self.device.type == "cuda" else None,
-                                     dynamic=False)
-            self._compiled_losses[group] = _CudaGraphOutputs(compiled) if self.device.type == "cuda" else compiled
-        return self._compiled_losses[group]
+        """``group``'s loss terms on its part of a minibatch (its learner's :meth:`~GroupLearner.loss`)."""
+        return self.learners[group].loss(batch)
 
     def group_batch(self, batch: TensorDictBase, group: str) -> TensorDictBase:
-        """The part of a training minibatch that ``group``'s loss reads (on-policy: all of it)."""
-        return batch
+        """The part of a training minibatch that ``group``'s loss reads."""
+        return self.learners[group].group_batch(batch)
 
     def training_keys(self) -> list:
         """Keys of a processed batch that training reads (the rest is dropped before minibatching)."""
-        keys: list = []
-        for group in self.groups:
-            keys.extend(self.losses[group].in_keys)
-        return list(dict.fromkeys(keys))
+        return list(dict.fromkeys(key for learner in self.learners.values() for key in learner.training_keys()))
+
+    def group_keys(self, group: str) -> list:
+        """Off-policy: what ``group``'s replay buffer stores."""
+        return self.learners[group].training_keys()
+
+    @property
+    def chunk_length(self) -> int | None:
+        """Steps per training slice where the learners train on sequences (the same in every group); else None."""
+        return next(iter(self.learners.values())).chunk_length
+
+    @property
+    def burn_in(self) -> int:
+        return getattr(next(iter(self.learners.values())), "burn_in", 0)
 
     # ------------------------------------------------------------------ policies
     @property
     def policy(self) -> TensorDictModuleBase:
         """All groups' policies as one module (reads observations, writes every group's action)."""
         if len(self.groups) == 1:  # no wrapper: it costs a few percent of collection time
-            return self.policies[self.groups[0]]
-        return TensorDictSequential(*[self.policies[g] for g in self.groups])
+            return self.learners[self.groups[0]].policy
+        return TensorDictSequential(*[self.learners[g].policy for g in self.groups])
+
+    # ------------------------------------------------------------------ replay buffers
+    def replay_buffers(self) -> dict[str, TensorDictReplayBuffer]:
+        """One replay buffer per group of an off-policy learner (:func:`~lit_marl.data.replay.replay_buffer`), built on
+        first use, then filled from a checkpoint if resuming."""
+        if self._replay_buffer_map is None:
+            trainer = attached_trainer(self)
+            root = (trainer.log_dir or trainer.default_root_dir) if trainer is not None else tempfile.mkdtemp()
+            restored = self._restored.pop("replay_buffers", None) if self._restored is not None else None
+            shapes = {g: learner.replay_shape() for g, learner in self.learners.items() if not learner.on_policy}
+            self._replay_buffer_map = group_buffers(shapes, self.device, Path(root) / "replay_buffers", restored)
+        return self._replay_buffer_map
 
     # ------------------------------------------------------------------ Lightning: setup and data
     @override
@@ -309,6 +291,8 @@ class MarlAlgorithm(CollectionLoop, ABC):
         if ckpt_path and str(ckpt_path) not in ("last", "best", "hpc", "registry"):
             meta = read_checkpoint(ckpt_path)["lit_marl"]
             check_compatible(meta, self.algorithm_name, self.task.to_config(), f"ckpt_path {str(ckpt_path)!r}")
+        if self.world_size > 1 and not all(learner.on_policy for learner in self.learners.values()):
+            save_buffers_per_process(strategy)  # every process's replay buffers beside each checkpoint
 
     @override
     def configure_callbacks(self) -> list[pl.Callback]:
@@ -358,21 +342,35 @@ class MarlAlgorithm(CollectionLoop, ABC):
 
     @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
+        """One Adam over every group's parameter groups (``<group>/<role>``), each with its learner's ``lr`` and
+        ``adam_eps``."""
         groups = []
-        for group in self.groups:
-            for role, params in self.param_groups(group).items():
+        for group, learner in self.learners.items():
+            for role, params in learner.param_groups().items():
                 params = [p for p in params if p.requires_grad]
                 if params:
-                    groups.append({"params": params, "name": f"{group}/{role}", "clip": self.clip_group(group, role)})
+                    groups.append({"params": params, "name": f"{group}/{role}", "lr": learner.lr,
+                                   "eps": learner.adam_eps, "clip": f"{group}/{learner.clip_group(role)}"})
         # the fused kernel updates every tensor of a group in one call (~0.6 ms less per step than the per-tensor
         # loop for MLPs 256-256 on a CPU core; the same update to within one float rounding)
         fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for g in groups for p in g["params"])
-        return torch.optim.Adam(groups, lr=self.lr, eps=self.adam_eps, fused=fused or None)
+        return torch.optim.Adam(groups, fused=fused or None)
+
+    @override
+    def on_train_batch_end(self, outputs: Any, batch: TensorDictBase, batch_idx: int) -> None:
+        """After each optimizer step taken: each learner's per-step work (target networks), and the new priorities of
+        the transitions it sampled."""
+        if self.update_skipped:  # a non-finite step skipped under nan_policy=skip: its TD errors are not priorities
+            return
+        for group, learner in self.learners.items():
+            priorities = learner.after_step(batch.get(group) if not learner.on_policy else batch)
+            if priorities is not None:
+                self.replay_buffers()[group].update_priority(batch.get(group).get("index"), priorities)
 
     @override
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
-        """Clip the parameters of each loss on their own (:meth:`clip_group`: each role, or QMIX's Q-network and
-        mixer together), as BenchMARL does, and log the pre-clipping norm of each."""
+        """Clip the parameters of each loss on their own (each learner's ``clip_group``: each role, or QMIX's Q-network
+        and mixer together), as BenchMARL does, and log the pre-clipping norm of each."""
         clip_groups: dict[str, list[torch.Tensor]] = {}
         for param_group in optimizer.param_groups:
             name = param_group.get("clip", param_group.get("name"))
@@ -423,27 +421,25 @@ class MarlAlgorithm(CollectionLoop, ABC):
     # ------------------------------------------------------------------ checkpoints
     @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint.setdefault("lit_marl", {}).update(run_meta(self.algorithm_name, self.task, self.frames,
-                                                              self.iteration))
+        meta = checkpoint.setdefault("lit_marl", {})
+        meta.update(run_meta(self.algorithm_name, self.task, self.frames, self.iteration))
+        if self._replay_buffer_map is not None:
+            meta.update(buffers_meta(self._replay_buffer_map, self.world_size, f"f{self.frames}s{self.global_step}"))
+        learner_states = {g: learner.checkpoint_state() for g, learner in self.learners.items()}
+        if any(learner_states.values()):
+            meta["target_updaters"] = learner_states
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        migrate_state_dict(checkpoint)  # weights saved before the learners (format 1) under their names of today
         meta = checked_meta(checkpoint, self.algorithm_name, self.task, self.state_dict())
         self.frames = int(meta["frames"])
         self.iteration = int(meta["iteration"])
         # RNG state is applied right before the next collection (after the envs are built).
         self._restored = dict(meta)
-
-
-class _CudaGraphOutputs:
-    """A loss compiled with CUDA graphs (``reduce-overhead``) whose outputs outlive the next call: CUDA graphs reuse
-    their output memory at every replay, so loss terms kept for the iteration's metrics (or a second group's loss in
-    the same step) would read overwritten memory. Each call starts a new graph step and clones the terms (scalars:
-    the clone is free, and differentiable)."""
-
-    def __init__(self, compiled: Any) -> None:
-        self.compiled = compiled
-
-    def __call__(self, batch: TensorDictBase) -> TensorDictBase:
-        torch.compiler.cudagraph_mark_step_begin()
-        return self.compiled(batch).clone()
+        for group, state in meta.get("target_updaters", {}).items():
+            self.learners[group].load_checkpoint_state(state)
+        if "rank_buffers" in meta:  # a DDP run's: each process's buffers in a sidecar file
+            buffers = rank_buffers(meta["rank_buffers"], Path(str(self.trainer.ckpt_path)), self.rank, self.world_size)
+            if buffers is not None:
+                self._restored["replay_buffers"] = buffers

@@ -3,7 +3,7 @@ process's share of the envs), one batch of frames per iteration with the counter
 moves, and the ``on_batch_collected`` hooks.
 
 :class:`CollectionLoop` is the layer of :class:`~lit_marl.algorithms.MarlAlgorithm` between its evaluation loops and
-its training step. It reads what :class:`MarlAlgorithm` sets: ``task``, ``groups``, ``policy``, ``seed``,
+its training step. It reads what :class:`MarlAlgorithm` sets: ``task``, ``groups``, ``learners``, ``seed``,
 ``num_envs``, ``frames_per_batch``, ``collect_with_grad``, the counters ``frames`` / ``iteration`` and ``record``.
 """
 
@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModuleBase
+from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from typing_extensions import override
 
 from lit_marl.algorithms.evaluation import EvaluationLoops
@@ -34,8 +34,9 @@ class CollectionLoop(EvaluationLoops):
     _timer: dict[str, float]
 
     def policy_for_collection(self) -> TensorDictModuleBase:
-        """The policy stepped in the training envs (off-policy algorithms add exploration here)."""
-        return self.policy
+        """What steps the training envs: each learner's collection policy (off-policy learners add exploration)."""
+        modules = [learner.collection_policy() for learner in self.learners.values()]
+        return modules[0] if len(modules) == 1 else TensorDictSequential(*modules)
 
     @property
     def rank(self) -> int:
@@ -68,7 +69,12 @@ class CollectionLoop(EvaluationLoops):
             set_rng_state(self._restored.pop("rng"))
         start = time.perf_counter()
         self._timer = {"iteration_start": start}
-        batch = self._get_sampler().collect(self.iteration)
+        sampler = self._get_sampler()  # builds the collection policies (learners keep their random-action switches)
+        for learner in self.learners.values():
+            learner.prepare_collection(self.frames)
+        batch = sampler.collect(self.iteration)
+        for learner in self.learners.values():  # exploration anneals by this process's frames, as before
+            learner.after_collection(batch.numel())
         self.frames += batch.numel() * self.world_size  # every process collects the same share
         self.record("timers/collection_time", time.perf_counter() - start)
         for name, value in collection_metrics(self.groups, batch).items():

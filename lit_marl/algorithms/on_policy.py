@@ -1,24 +1,31 @@
-"""Shared base of on-policy algorithms (the PPO family): train on the frames just collected, then discard them."""
+"""The run of on-policy learners (the PPO family): train on the frames just collected, then discard them."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from typing_extensions import override
 
 from lit_marl.algorithms.base import MarlAlgorithm
 from lit_marl.data import OnPolicyData
-from lit_marl.errors import ConfigError
+from lit_marl.errors import ConfigError, positive_int
 
 
 class OnPolicyAlgorithm(MarlAlgorithm):
-    """Base of on-policy algorithms: each iteration trains ``n_minibatch_iters`` epochs of shuffled
-    minibatches of ``minibatch_size`` frames on the frames just collected, then discards them."""
+    """The run of on-policy learners: each iteration trains ``n_minibatch_iters`` epochs of shuffled minibatches of
+    ``minibatch_size`` frames on the frames just collected, then discards them.
+
+    Args:
+        n_minibatch_iters: passes (PPO epochs) over each collected batch.
+        minibatch_size: frames per minibatch (one optimizer step each).
+    """
 
     on_policy: ClassVar[bool] = True
-    #: set by the subclass's ``__init__`` (before ``super().__init__``)
-    n_minibatch_iters: int
-    minibatch_size: int
+
+    def __init__(self, task, n_minibatch_iters: int = 45, minibatch_size: int = 400, **kwargs: Any) -> None:
+        self.n_minibatch_iters = positive_int("n_minibatch_iters", n_minibatch_iters)
+        self.minibatch_size = positive_int("minibatch_size", minibatch_size)
+        super().__init__(task, **kwargs)
 
     @override
     def _validate_args(self) -> None:
@@ -29,10 +36,9 @@ class OnPolicyAlgorithm(MarlAlgorithm):
             )
 
     @property
-    def chunk_length(self) -> int | None:
-        """Steps per training chunk where the algorithm trains on trajectory chunks (recurrent networks);
-        None: minibatches of shuffled single steps."""
-        return None
+    @override
+    def loop_batch_size(self) -> int:
+        return self.minibatch_size
 
     @property
     def minibatches_per_iteration(self) -> int:

@@ -9,7 +9,7 @@ torchrl's ``QMixerLoss``; IQL uses ``DQNLoss``. Exploration is epsilon-greedy, a
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from tensordict import TensorDictBase
@@ -20,20 +20,20 @@ from torchrl.objectives import DQNLoss, QMixerLoss, ValueEstimators
 from typing_extensions import override
 
 from lit_marl.algorithms.common import MaskGuard
-from lit_marl.algorithms.off_policy import OffPolicyAlgorithm
-from lit_marl.envs.base import Task
+from lit_marl.algorithms.off_policy import AnnealedExploration, OffPolicyAlgorithm
 from lit_marl.errors import ConfigError, one_of, positive_int
-from lit_marl.models import ModelConfig, ModelInputs
+from lit_marl.models import ModelInputs
+
+#: what a Q-learning group mixes its agents' values with: None (independent), "vdn" or "qmix"
+MIXERS = (None, "vdn", "qmix")
 
 
-class QLearning(OffPolicyAlgorithm):
-    """Q-learning per group, the shared base of :class:`IQL`, :class:`VDN` and :class:`QMIX`.
+class QLearning(AnnealedExploration):
+    """What one group learns with Q-learning: the learner of :class:`IQL`, :class:`VDN` and :class:`QMIX`. Its
+    network is the actor (``actor_model``: observation → one value per action); it explores epsilon-greedily, epsilon
+    annealed from ``exploration_eps_init`` to ``exploration_eps_end``.
 
-    Args (beyond the off-policy arguments of :class:`~lit_marl.algorithms.ddpg.DDPG`):
-        actor_model: the Q-network of each agent (observation → one value per action).
-        share_policy_params: one Q-network shared by all agents of a group.
-        exploration_eps_init / exploration_eps_end: epsilon of epsilon-greedy, annealed linearly over
-            ``exploration_anneal_frames`` (default: a third of ``max_frames``).
+    Args:
         loss_function: ``l2``, ``l1`` or ``smooth_l1`` distance of the TD error.
         delay_value: use a target Q-network (and target mixer) for the TD targets.
         double_dqn: IQL only: choose the next action with the online network, value it with the target one.
@@ -42,55 +42,24 @@ class QLearning(OffPolicyAlgorithm):
             ``observations`` (the group's concatenated observations) or ``auto`` (the state where there is one).
     """
 
-    algorithm_name: ClassVar[str] = ""  # a base: use IQL, VDN or QMIX
     supports_continuous_actions: ClassVar[bool] = False
-    #: None (independent), "vdn" or "qmix"
-    mixer: ClassVar[str | None] = None
+    has_critic: ClassVar[bool] = False
 
     def __init__(
         self,
-        task: Task,
-        actor_model: ModelConfig | None = None,
-        share_policy_params: bool = True,
-        frames_per_batch: int = 6000,
-        num_envs: int = 10,
-        max_frames: int = 3_000_000,
-        n_optimizer_steps: int = 1000,
-        train_batch_size: int = 128,
-        memory_size: int = 1_000_000,
-        init_random_frames: int = 0,
-        use_prioritized_replay_buffer: bool = False,
-        prb_alpha: float = 0.6,
-        prb_beta: float = 0.4,
-        buffer_device: Literal["cpu", "train", "disk"] = "cpu",
-        sequence_length: int | None = None,
-        burn_in: int = 0,
-        lr: float = 5e-5,
-        adam_eps: float = 1e-6,
-        gamma: float = 0.99,
-        soft_target_update: bool = True,
-        polyak_tau: float = 0.005,
-        hard_target_update_frequency: int = 5,
-        exploration_eps_init: float = 0.8,
-        exploration_eps_end: float = 0.01,
-        exploration_anneal_frames: int | None = None,
+        task,
+        group,
+        run,
+        mixer: str | None = None,
         loss_function: Literal["l2", "l1", "smooth_l1"] = "l2",
         delay_value: bool = True,
         double_dqn: bool = False,
         mixing_embed_dim: int = 32,
         mixer_input: Literal["auto", "state", "observations"] = "auto",
-        evaluation_episodes: int = 10,
-        evaluation_batch_size: int | None = None,
-        evaluation_deterministic: bool = True,
-        evaluation_seed: int | None = None,
-        test_episodes: int = 100,
-        test_videos: int = 0,
-        sampling_device: str | None = None,
-        compile: bool = False,
-        seed: int = 0,
-        collect_with_grad: bool = False,
+        **kwargs: Any,
     ) -> None:
-        self._set_off_policy_args_from(locals())
+        #: None (independent), "vdn" or "qmix"
+        self.mixer = one_of("mixer", mixer, MIXERS)
         self.loss_function = one_of("loss_function", loss_function, ("l2", "l1", "smooth_l1"))
         self.delay_value = bool(delay_value)
         self.double_dqn = bool(double_dqn)
@@ -98,12 +67,11 @@ class QLearning(OffPolicyAlgorithm):
         if mixer_input not in ("auto", "state", "observations"):
             raise ConfigError(f"mixer_input: {mixer_input!r} is not one of 'auto', 'state', 'observations'")
         self.mixer_input = mixer_input
-        super().__init__(**self.base_init_args(locals()))  # no critic: Q-learning's network is the actor
-        self._build_off_policy_parts()
+        super().__init__(task, group, run, **kwargs)
 
     @override
-    def _validate_args(self) -> None:
-        super()._validate_args()
+    def validate(self) -> None:
+        super().validate()
         if self.mixer_input == "state" and self.mixer == "qmix" and not self.task.has_state:
             raise ConfigError(
                 f"mixer_input: 'state' but the task {self.task.name!r} has no global state; allowed: "
@@ -112,9 +80,10 @@ class QLearning(OffPolicyAlgorithm):
 
     # ------------------------------------------------------------------ networks
     @override
-    def _build_policy(self, group: str) -> TensorDictSequential:
+    def build_policy(self) -> TensorDictSequential:
         """Q-values of every action, then the greedy action: ``(group, "action_value")``,
         ``(group, "action")`` and ``(group, "chosen_action_value")``."""
+        group = self.group
         action_spec = self.task.specs.group_action_spec(group)
         q_values = self.actor_model.build_module(ModelInputs.of(self.task, group), [(group, "action_value")],
                                                  action_spec.space.n, centralised=False,
@@ -130,12 +99,15 @@ class QLearning(OffPolicyAlgorithm):
         )
 
     @override
-    def _build_exploration(self, group: str) -> EGreedyModule:
+    def build_exploration(self) -> EGreedyModule:
+        group = self.group
         return EGreedyModule(spec=self.task.specs.group_action_spec(group), eps_init=self.exploration_eps_init,
                              eps_end=self.exploration_eps_end, annealing_num_steps=self.anneal_frames,
                              action_key=(group, "action"), action_mask_key=self.task.action_mask_key(group))
 
-    def _build_mixer(self, group: str) -> TensorDictModule:
+    def build_mixer(self) -> TensorDictModule:
+        """VDN's sum or QMIX's monotonic mixing network of the group's chosen-action values."""
+        group = self.group
         n_agents = self.task.specs.n_agents(group)
         out = [(_team(group), "global_value")]
         if self.mixer == "vdn":
@@ -151,16 +123,17 @@ class QLearning(OffPolicyAlgorithm):
         return TensorDictModule(mixer, in_keys=[(group, "chosen_action_value"), state_key], out_keys=out)
 
     @override
-    def _build_loss(self, group: str) -> DQNLoss | QMixerLoss:
+    def build_objective(self) -> DQNLoss | QMixerLoss:
+        group = self.group
         action_spec = self.task.specs.group_action_spec(group)
         if self.mixer is None:
-            loss = DQNLoss(self.policies[group], loss_function=self.loss_function, delay_value=self.delay_value,
+            loss = DQNLoss(self.policy, loss_function=self.loss_function, delay_value=self.delay_value,
                            double_dqn=self.double_dqn, action_space=action_spec)
             loss.set_keys(action_value=(group, "action_value"), action=(group, "action"),
                           value=(group, "chosen_action_value"), reward=(group, "reward"), done=(group, "done"),
                           terminated=(group, "terminated"), priority=(group, "td_error"))
         else:
-            loss = QMixerLoss(self.policies[group], self._build_mixer(group), loss_function=self.loss_function,
+            loss = QMixerLoss(self.policy, self.build_mixer(), loss_function=self.loss_function,
                               delay_value=self.delay_value, action_space=action_spec)
             team = _team(group)
             loss.set_keys(action_value=(group, "action_value"), local_value=(group, "chosen_action_value"),
@@ -170,18 +143,18 @@ class QLearning(OffPolicyAlgorithm):
         return loss
 
     @override
-    def param_groups(self, group: str) -> dict[str, list[nn.Parameter]]:
-        groups = {"actor": list(self.policies[group].parameters())}
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        groups = {"actor": list(self.policy.parameters())}
         if self.mixer is not None:
-            groups["mixer"] = list(self.losses[group].mixer_network_params.values(True, True))
+            groups["mixer"] = list(self.objective.mixer_network_params.values(True, True))
         return groups
 
     @override
-    def clip_group(self, group: str, role: str) -> str:
+    def clip_group(self, role: str) -> str:
         """One loss, one clipping: the Q-network and the mixer are clipped by their joint gradient norm (BenchMARL's
         QMIX/VDN optimise ``loss.parameters()`` as one group and clip its norm; clipping each part to the norm
         alone let a step move them up to sqrt(2) times as far)."""
-        return f"{group}/loss"
+        return "loss"
 
     # ------------------------------------------------------------------ data
     @override
@@ -191,26 +164,25 @@ class QLearning(OffPolicyAlgorithm):
         batch = super().process_batch(batch)
         if self.mixer is None:
             return batch
-        nxt = batch.get("next")
-        for group in self.groups:
-            team = _team(group)
-            nxt.set((team, "reward"), nxt.get((group, "reward")).mean(-2))
-            for key in ("done", "terminated"):
-                nxt.set((team, key), nxt.get((group, key)).any(-2))
+        nxt, group = batch.get("next"), self.group
+        team = _team(group)
+        nxt.set((team, "reward"), nxt.get((group, "reward")).mean(-2))
+        for key in ("done", "terminated"):
+            nxt.set((team, key), nxt.get((group, key)).any(-2))
         return batch
 
     @override
-    def group_keys(self, group: str) -> list:
-        keys = super().group_keys(group)
+    def training_keys(self) -> list:
+        keys = super().training_keys()
         if self.mixer is not None:  # the mixer's TD target reads the team's entries
-            keys += [("next", _team(group), k) for k in ("reward", "done", "terminated")]
+            keys += [("next", _team(self.group), k) for k in ("reward", "done", "terminated")]
         return list(dict.fromkeys(keys))
 
     @override
-    def priorities(self, group: str, sample: TensorDictBase) -> torch.Tensor:
+    def priorities(self, sample: TensorDictBase) -> torch.Tensor:
         if self.mixer is None:
-            return super().priorities(group, sample)
-        return sample.get((_team(group), "td_error")).reshape(-1)  # one TD error per transition: the team's
+            return super().priorities(sample)
+        return sample.get((_team(self.group), "td_error")).reshape(-1)  # one TD error per transition: the team's
 
 
 def _team(group: str) -> str:
@@ -218,23 +190,26 @@ def _team(group: str) -> str:
     return f"{group}_team"
 
 
-class IQL(QLearning):
+class IQL(OffPolicyAlgorithm):
     """Independent Q-learning: every agent learns its own Q-function from its own reward."""
 
     algorithm_name: ClassVar[str] = "iql"
-    mixer: ClassVar[str | None] = None
+    learner_class = QLearning
+    learner_settings: ClassVar[dict[str, Any]] = {"mixer": None}
 
 
-class VDN(QLearning):
+class VDN(OffPolicyAlgorithm):
     """Value decomposition networks: the team value is the sum of the agents' chosen-action values."""
 
     algorithm_name: ClassVar[str] = "vdn"
-    mixer: ClassVar[str | None] = "vdn"
+    learner_class = QLearning
+    learner_settings: ClassVar[dict[str, Any]] = {"mixer": "vdn"}
 
 
-class QMIX(QLearning):
+class QMIX(OffPolicyAlgorithm):
     """QMIX: a monotonic hypernetwork mixes the agents' chosen-action values, conditioned on the global
     state (or the group's observations where the task has no state)."""
 
     algorithm_name: ClassVar[str] = "qmix"
-    mixer: ClassVar[str | None] = "qmix"
+    learner_class = QLearning
+    learner_settings: ClassVar[dict[str, Any]] = {"mixer": "qmix"}

@@ -41,13 +41,13 @@ def algorithm_names(**flags: bool) -> list[str]:
 
 
 
-def check_fits(cls: type, task: Any, actor_model: Any, critic_model: Any) -> None:
-    """Refuse, by name and before any env is built, a task whose action space or models ``cls`` cannot train,
-    naming the algorithms that could."""
+def check_fits(name: str, cls: type, task: Any, actor_model: Any, critic_model: Any) -> None:
+    """Refuse, by name and before any env is built, a task whose action space or models the algorithm ``name``
+    (whose learner is ``cls``, with its capability flags) cannot train, naming the algorithms that could."""
     for field, model in (("actor_model", actor_model), ("critic_model", critic_model)):
         if model.is_recurrent and not cls.supports_recurrent:
             raise ConfigError(
-                f"{field}: {type(model).__name__} is recurrent, and {cls.__name__} cannot train recurrent networks "
+                f"{field}: {type(model).__name__} is recurrent, and {name} cannot train recurrent networks "
                 f"yet; allowed: a feed-forward model (Mlp, Cnn, DeepSets, Gnn), or an algorithm that trains on "
                 f"sequences: {', '.join(algorithm_names(supports_recurrent=True))}"
             )
@@ -57,7 +57,42 @@ def check_fits(cls: type, task: Any, actor_model: Any, critic_model: Any) -> Non
     kind, other = ("continuous", "discrete") if continuous else ("discrete", "continuous")
     flag = "supports_continuous_actions" if continuous else "supports_discrete_actions"
     raise ConfigError(
-        f"task.continuous_actions: {cls.__name__} needs {other} actions, but the task {task.name} has {kind} "
+        f"task.continuous_actions: {name} needs {other} actions, but the task {task.name} has {kind} "
         f"actions; allowed: continuous_actions={str(not continuous).lower()}, or an algorithm for {kind} actions: "
         f"{', '.join(algorithm_names(**{flag: True})) or 'none yet'}"
     )
+
+
+def algorithm_entry(field: str, entry: Any) -> tuple[type, dict[str, Any]]:
+    """The algorithm class and its learner's arguments that a config entry ``{class_path, init_args}`` names (an
+    Ensemble's ``algorithms.<group>``, given as ``field``), refused by name unless it is a lit-marl algorithm whose
+    learner takes those arguments."""
+    import importlib
+    import inspect
+
+    from lit_marl.algorithms.arguments import learner_skip, parameters_of
+    from lit_marl.algorithms.base import MarlAlgorithm
+
+    allowed = ", ".join(c.__name__ for c in algorithms_by_name().values() if c.learner_class is not None)
+    if not isinstance(entry, dict) or not isinstance(entry.get("class_path"), str) or set(entry) - {"class_path",
+                                                                                                    "init_args"}:
+        raise ConfigError(f"{field}: expected {{class_path: <algorithm>, init_args: {{…}}}}, got {entry!r}; "
+                          f"allowed algorithms: {allowed}")
+    module_name, _, name = entry["class_path"].rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name or "lit_marl.algorithms"), name)
+    except (ImportError, AttributeError, ValueError):
+        cls = None
+    if not (isinstance(cls, type) and issubclass(cls, MarlAlgorithm) and cls.algorithm_name and cls.learner_class):
+        raise ConfigError(f"{field}.class_path: {entry['class_path']!r} is not a lit-marl algorithm; "
+                          f"allowed: {allowed} (as lit_marl.algorithms.<name>), or a subclass of one")
+    init_args = dict(entry.get("init_args") or {})
+    own = [p.name for p in parameters_of(cls.learner_class, learner_skip(cls))]
+    for name in init_args:
+        if name not in own:
+            shared = name in inspect.signature(cls).parameters
+            raise ConfigError(f"{field}.init_args.{name}: " + (
+                f"set once for all groups on the ensemble (model.init_args.{name}), since the groups share one "
+                f"collection and training loop; allowed: leave it out of {field}" if shared else
+                f"{cls.__name__} has no such argument; allowed: {', '.join(own)}"))
+    return cls, init_args

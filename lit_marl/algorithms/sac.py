@@ -7,7 +7,7 @@ the global state); ISAC's see one agent. The maths is torchrl's ``SACLoss`` / ``
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from tensordict.nn import TensorDictModule
 from torch import nn
@@ -16,54 +16,38 @@ from torchrl.objectives import DiscreteSACLoss, SACLoss, ValueEstimators
 from typing_extensions import override
 
 from lit_marl.algorithms.common import FromState, q_critic, stochastic_policy
-from lit_marl.algorithms.off_policy import OffPolicyAlgorithm
-from lit_marl.envs.base import Task
+from lit_marl.algorithms.off_policy import OffPolicyAlgorithm, OffPolicyLearner
 from lit_marl.errors import ConfigError, non_negative_float, one_of, positive_float, positive_int, unit_interval
-from lit_marl.models import Mlp, ModelConfig, ModelInputs
+from lit_marl.models import Mlp, ModelInputs
 
 
-class SAC(OffPolicyAlgorithm):
-    """SAC per group, the shared base of :class:`MASAC` and :class:`ISAC`.
+class SAC(OffPolicyLearner):
+    """What one group learns with soft actor-critic: the learner of :class:`MASAC` and :class:`ISAC`. It explores by
+    sampling its policy.
 
-    Args (beyond :class:`~lit_marl.algorithms.ddpg.DDPG`'s replay and target-network arguments):
+    Args:
+        share_param_critic: one Q-network shared by all agents of a group.
         num_qvalue_nets: Q-functions whose minimum gives the targets (2: clipped double Q).
+        loss_function: ``l2``, ``l1`` or ``smooth_l1`` distance of the TD error.
+        delay_qvalue: use target Q-networks for the TD targets.
         target_entropy: ``"auto"`` (minus the action dimension per agent; for discrete actions
             ``discrete_target_entropy_weight`` × the maximum entropy) or a number.
         discrete_target_entropy_weight: fraction of the maximum entropy targeted with discrete actions.
-        alpha_init: initial temperature; ``min_alpha`` / ``max_alpha`` clamp it; ``fixed_alpha`` keeps it.
-        scale_mapping / use_tanh_normal: the continuous policy's distribution (as in PPO).
-        delay_qvalue: use target Q-networks for the TD targets.
+        alpha_init: initial temperature.
+        min_alpha: lower clamp of the temperature (None: none).
+        max_alpha: upper clamp of the temperature (None: none).
+        fixed_alpha: keep the temperature at ``alpha_init``.
+        scale_mapping: how the policy's raw scale output becomes a standard deviation (continuous actions).
+        use_tanh_normal: tanh-squashed normal bounded to the action range (True) or a plain independent normal.
     """
-
-    algorithm_name: ClassVar[str] = ""  # a base: use MASAC or ISAC
-    centralised_critic: ClassVar[bool] = True
 
     def __init__(
         self,
-        task: Task,
-        actor_model: ModelConfig | None = None,
-        critic_model: ModelConfig | None = None,
-        share_policy_params: bool = True,
+        task,
+        group,
+        run,
+        centralised_critic: bool = True,
         share_param_critic: bool = True,
-        frames_per_batch: int = 6000,
-        num_envs: int = 10,
-        max_frames: int = 3_000_000,
-        n_optimizer_steps: int = 1000,
-        train_batch_size: int = 128,
-        memory_size: int = 1_000_000,
-        init_random_frames: int = 0,
-        use_prioritized_replay_buffer: bool = False,
-        prb_alpha: float = 0.6,
-        prb_beta: float = 0.4,
-        buffer_device: Literal["cpu", "train", "disk"] = "cpu",
-        sequence_length: int | None = None,
-        burn_in: int = 0,
-        lr: float = 5e-5,
-        adam_eps: float = 1e-6,
-        gamma: float = 0.99,
-        soft_target_update: bool = True,
-        polyak_tau: float = 0.005,
-        hard_target_update_frequency: int = 5,
         num_qvalue_nets: int = 2,
         loss_function: Literal["l2", "l1", "smooth_l1"] = "l2",
         delay_qvalue: bool = True,
@@ -75,20 +59,9 @@ class SAC(OffPolicyAlgorithm):
         fixed_alpha: bool = False,
         scale_mapping: str = "biased_softplus_1.0",
         use_tanh_normal: bool = True,
-        evaluation_episodes: int = 10,
-        evaluation_batch_size: int | None = None,
-        evaluation_deterministic: bool = True,
-        evaluation_seed: int | None = None,
-        test_episodes: int = 100,
-        test_videos: int = 0,
-        sampling_device: str | None = None,
-        compile: bool = False,
-        seed: int = 0,
-        collect_with_grad: bool = False,
+        **kwargs: Any,
     ) -> None:
-        # SAC explores by sampling its policy: the noise-annealing arguments do not apply.
-        self._set_off_policy_args_from(locals(), exploration_eps_init=0.0, exploration_eps_end=0.0,
-                                       exploration_anneal_frames=None)
+        self.centralised_critic = bool(centralised_critic)
         self.share_param_critic = bool(share_param_critic)
         self.num_qvalue_nets = positive_int("num_qvalue_nets", num_qvalue_nets)
         self.loss_function = one_of("loss_function", loss_function, ("l2", "l1", "smooth_l1"))
@@ -106,18 +79,18 @@ class SAC(OffPolicyAlgorithm):
         self.fixed_alpha = bool(fixed_alpha)
         self.scale_mapping = scale_mapping
         self.use_tanh_normal = bool(use_tanh_normal)
-        super().__init__(**self.base_init_args(locals()))
-        self._build_off_policy_parts()
+        super().__init__(task, group, run, **kwargs)
 
     # ------------------------------------------------------------------ networks
     @override
-    def _build_policy(self, group: str) -> ProbabilisticActor:
-        return stochastic_policy(self.task, group, self.actor_model, self.share_policy_params, self.scale_mapping,
-                                 self.use_tanh_normal)
+    def build_policy(self) -> ProbabilisticActor:
+        return stochastic_policy(self.task, self.group, self.actor_model, self.share_policy_params,
+                                 self.scale_mapping, self.use_tanh_normal)
 
-    def _q_network(self, group: str) -> nn.Module:
-        """One Q-network of ``group``; the loss holds ``num_qvalue_nets`` independently initialised copies
+    def _q_network(self) -> nn.Module:
+        """One Q-network of the group; the loss holds ``num_qvalue_nets`` independently initialised copies
         of its parameters (so it is not a separate submodule: only the loss's copies are trained)."""
+        group = self.group
         if self.task.continuous_actions:
             return q_critic(self.task, group, self.critic_model, self.centralised_critic, self.share_param_critic)
         # discrete: Q of every action per agent, (group, "action_value") [*B, n_agents, n_actions]
@@ -139,7 +112,8 @@ class SAC(OffPolicyAlgorithm):
                                               share_params=self.share_param_critic)
 
     @override
-    def _build_loss(self, group: str) -> SACLoss | DiscreteSACLoss:
+    def build_objective(self) -> SACLoss | DiscreteSACLoss:
+        group = self.group
         common = dict(num_qvalue_nets=self.num_qvalue_nets, loss_function=self.loss_function,
                       alpha_init=self.alpha_init, min_alpha=self.min_alpha, max_alpha=self.max_alpha,
                       fixed_alpha=self.fixed_alpha, target_entropy=self.target_entropy,
@@ -148,12 +122,12 @@ class SAC(OffPolicyAlgorithm):
                     terminated=(group, "terminated"), priority=(group, "td_error"),
                     log_prob=(group, "action_log_prob"))
         if self.task.continuous_actions:
-            loss = SACLoss(self.policies[group], self._q_network(group), action_spec=self.task.specs.action_spec,
+            loss = SACLoss(self.policy, self._q_network(), action_spec=self.task.specs.action_spec,
                            **common)
             loss.set_keys(state_action_value=(group, "state_action_value"), **keys)
         else:
             action_spec = self.task.specs.group_action_spec(group)
-            loss = DiscreteSACLoss(self.policies[group], self._q_network(group), action_space=action_spec,
+            loss = DiscreteSACLoss(self.policy, self._q_network(), action_space=action_spec,
                                    num_actions=action_spec.space.n,
                                    target_entropy_weight=self.discrete_target_entropy_weight, **common)
             loss.set_keys(action_value=(group, "action_value"), **keys)
@@ -161,9 +135,9 @@ class SAC(OffPolicyAlgorithm):
         return loss
 
     @override
-    def param_groups(self, group: str) -> dict[str, list[nn.Parameter]]:
-        loss = self.losses[group]
-        return {"actor": list(self.policies[group].parameters()),
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        loss = self.objective
+        return {"actor": list(self.policy.parameters()),
                 "critic": list(loss.qvalue_network_params.values(True, True)),
                 "alpha": [loss.log_alpha] if isinstance(loss.log_alpha, nn.Parameter) else []}
 
@@ -180,15 +154,17 @@ class _Unflatten(nn.Module):
         return self.net(state).squeeze(-1).unflatten(-1, (self.n_agents, self.n_actions))
 
 
-class MASAC(SAC):
+class MASAC(OffPolicyAlgorithm):
     """Multi-Agent SAC: decentralised stochastic actors, centralised twin Q-functions per group."""
 
     algorithm_name: ClassVar[str] = "masac"
-    centralised_critic: ClassVar[bool] = True
+    learner_class = SAC
+    learner_settings: ClassVar[dict[str, Any]] = {"centralised_critic": True}
 
 
-class ISAC(SAC):
+class ISAC(OffPolicyAlgorithm):
     """Independent SAC: each agent's twin Q-functions see its own observation (and action) only."""
 
     algorithm_name: ClassVar[str] = "isac"
-    centralised_critic: ClassVar[bool] = False
+    learner_class = SAC
+    learner_settings: ClassVar[dict[str, Any]] = {"centralised_critic": False}

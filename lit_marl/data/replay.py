@@ -193,10 +193,11 @@ def replay_buffer(group: str, shape: ReplayShape, device: torch.device, scratch_
     return TensorDictReplayBuffer(storage=storage, sampler=sampler, priority_key=(group, "td_error"))
 
 
-def group_buffers(groups: Sequence[str], shape: ReplayShape, device: torch.device, scratch_dir: Path,
+def group_buffers(shapes: dict[str, ReplayShape], device: torch.device, scratch_dir: Path,
                   restored: dict[str, dict[str, Any]] | None = None) -> dict[str, TensorDictReplayBuffer]:
-    """One :func:`replay_buffer` per group, filled from ``restored`` (:func:`buffer_state` per group) if given."""
-    buffers = {group: replay_buffer(group, shape, device, scratch_dir) for group in groups}
+    """One :func:`replay_buffer` per group of ``shapes``, filled from ``restored`` (:func:`buffer_state` per group)
+    if given."""
+    buffers = {group: replay_buffer(group, shape, device, scratch_dir) for group, shape in shapes.items()}
     for group, state in (restored or {}).items():
         load_buffer_state(buffers[group], state)
     return buffers

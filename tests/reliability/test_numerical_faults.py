@@ -142,7 +142,7 @@ class PoisonWeights(Callback):
 def test_non_finite_weights_stop_before_the_iterations_checkpoint(tmp_path):
     model, trainer, _ = _fit(tmp_path)
     trainer.callbacks.insert(0, PoisonWeights())
-    with pytest.raises(NumericalError, match=r"parameter policies\.agents\..* holds NaN/Inf after iteration 2"):
+    with pytest.raises(NumericalError, match=r"parameter learners\.agents\.policy\..* holds NaN/Inf after iteration 2"):
         trainer.fit(model)
     saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
     assert saved["lit_marl"]["iteration"] == 1
@@ -161,7 +161,7 @@ class PriorityAndTargetWatch(Callback):
         for group, buffer in pl_module.replay_buffers().items():
             loss = pl_module.losses[group]
             targets = {k: v.detach().clone() for k, v in loss.named_buffers() if "target_" in k}
-            updater = pl_module._target_updaters[group]
+            updater = pl_module.learners[group].target_updater
             state[group] = (buffer.sampler.state_dict()["priority"][:filled].clone(), targets,
                             getattr(updater, "counter", None))
         return state

@@ -1,0 +1,213 @@
+"""What one agent group learns: :class:`GroupLearner`.
+
+A learner owns one group's networks (``policy``, ``critic``), its torchrl loss (``objective``), its optimizer
+parameter groups and how their gradients are clipped together, what it does to a collected batch before training
+(:meth:`GroupLearner.process_batch`), the keys it trains on and the loss terms of a minibatch. Off-policy learners
+(:class:`~lit_marl.algorithms.off_policy.OffPolicyLearner`) add exploration, replay settings, target networks and
+priorities. The run (:class:`~lit_marl.algorithms.MarlAlgorithm`, the LightningModule) collects, evaluates, loops,
+optimizes, clips and checkpoints, holding one learner per group in ``learners``; it hands each learner the few facts
+of the run it may read (:class:`RunFacts`), and nothing else flows back.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from torch import nn
+
+from lit_marl.envs.base import Task
+from lit_marl.errors import positive_float, unit_interval
+from lit_marl.models import ModelConfig, Mlp
+from lit_marl.utils import deepcopy_keeping_shared_tensors, instantiate
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a learner may read of the run that trains it, fixed before any learner is built."""
+
+    max_frames: int
+    frames_per_batch: int
+    num_envs: int
+    #: frames per minibatch (on-policy) or transitions per group per optimizer step (off-policy)
+    batch_size: int
+    collect_with_grad: bool = False
+
+
+class GroupLearner(nn.Module, ABC):
+    """What one agent group learns; a family (PPO, DDPG, SAC, Q-learning) is a subclass.
+
+    A subclass checks and stores its own arguments, then calls ``super().__init__`` (which builds
+    :meth:`build_policy`, :meth:`build_critic` and :meth:`build_objective`, in that order), and implements
+    :meth:`param_groups`. Built with ``group=None``, a learner only checks its arguments and builds nothing: the run
+    does that before any environment (even the probe that finds the groups) is built.
+
+    Args:
+        actor_model: network of each group's policy (default ``Mlp()``: 256-256, Tanh).
+        critic_model: network of each group's critic, where the algorithm has one (default ``Mlp()``).
+        share_policy_params: one policy network shared by all agents of a group.
+        lr: Adam learning rate (every parameter group).
+        adam_eps: Adam epsilon.
+        gamma: discount factor.
+    """
+
+    #: trains on the frames just collected (True) or on a replay buffer (False)
+    on_policy: ClassVar[bool] = False
+    supports_recurrent: ClassVar[bool] = False
+    supports_continuous_actions: ClassVar[bool] = True
+    supports_discrete_actions: ClassVar[bool] = True
+    #: whether the family has a critic (else ``critic_model`` is not one of its arguments)
+    has_critic: ClassVar[bool] = True
+    __deepcopy__ = deepcopy_keeping_shared_tensors  # a copy's loss reads the tensors its optimizer updates
+
+    def __init__(
+        self,
+        task: Task,
+        group: str | None,
+        run: RunFacts,
+        actor_model: ModelConfig | None = None,
+        critic_model: ModelConfig | None = None,
+        share_policy_params: bool = True,
+        lr: float = 5e-5,
+        adam_eps: float = 1e-6,
+        gamma: float = 0.99,
+    ) -> None:
+        super().__init__()
+        self.task, self.group, self.run = task, group, run
+        self.actor_model = instantiate(actor_model if actor_model is not None else Mlp(), ModelConfig, "actor_model")
+        self.critic_model = instantiate(critic_model if critic_model is not None else Mlp(), ModelConfig, "critic_model")
+        self.share_policy_params = bool(share_policy_params)
+        self.lr = positive_float("lr", lr)
+        self.adam_eps = positive_float("adam_eps", adam_eps)
+        self.gamma = unit_interval("gamma", gamma)
+        self.validate()
+        if group is None:  # arguments checked: nothing to build
+            return
+        self.policy = self.build_policy()
+        self.critic = self.build_critic()
+        self.objective = self.build_objective()
+        #: run the objective through ``torch.compile`` (the run's ``compile``); the compiled form is kept out of the
+        #: module tree (the same parameters, no new state)
+        self.compile_objective = False
+        self._compiled: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ building
+    def validate(self) -> None:
+        """Refuse settings that cannot train, by name, before any network is built (a subclass adds its own)."""
+
+    @abstractmethod
+    def build_policy(self) -> TensorDictModuleBase:
+        """The group's policy: reads ``(group, "observation")``, writes ``(group, "action")``."""
+
+    def build_critic(self) -> TensorDictModuleBase | None:
+        """The group's critic (None where the family has none); built before the objective."""
+        return None
+
+    @abstractmethod
+    def build_objective(self) -> nn.Module:
+        """The torchrl loss module of the group, with its keys set to the group's nested keys."""
+
+    @abstractmethod
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        """Parameters by role (``actor``, ``critic``…); each becomes the optimizer group ``<group>/<role>``."""
+
+    def clip_group(self, role: str) -> str:
+        """Which parameters ``role``'s gradients are clipped together with (by their joint norm, logged as
+        ``train/<group>/<name>/grad_norm``): by default each role alone, as BenchMARL clips each loss's parameters."""
+        return role
+
+    @property
+    def recurrent(self) -> bool:
+        return self.actor_model.is_recurrent
+
+    @property
+    def chunk_length(self) -> int | None:
+        """Steps per training slice where the learner trains on sequences (recurrent networks); None: single steps."""
+        return None
+
+    # ------------------------------------------------------------------ collection
+    def collection_policy(self) -> TensorDictModuleBase:
+        """What steps the training envs for this group (off-policy learners add exploration)."""
+        return self.policy
+
+    def prepare_collection(self, frames: int) -> None:
+        """Before each collection, with the frames collected so far."""
+
+    def after_collection(self, frames: int) -> None:
+        """After each collection of ``frames`` frames (exploration annealing)."""
+
+    # ------------------------------------------------------------------ training
+    def process_batch(self, batch: TensorDictBase) -> TensorDictBase:
+        """Called (without grad) on every collected batch before training; reads and writes this group's entries.
+
+        Gives the group its own ``("next", group, "done"|"terminated")`` of shape ``[*B, n_agents, 1]``, expanded
+        from the root where the task reports them once (VMAS): torchrl's value estimators need them beside the
+        group's reward."""
+        nxt = batch.get("next")
+        reward_shape = nxt.get((self.group, "reward")).shape
+        for key in ("done", "terminated"):
+            if (self.group, key) not in nxt.keys(include_nested=True):
+                nxt.set((self.group, key), nxt.get(key).unsqueeze(-2).expand(reward_shape))
+        return batch
+
+    def training_keys(self) -> list:
+        """Keys of a processed batch that training reads (on-policy: the rest is dropped before minibatching;
+        off-policy: what the group's replay buffer stores)."""
+        return list(self.objective.in_keys)
+
+    def group_batch(self, batch: TensorDictBase) -> TensorDictBase:
+        """The part of a training minibatch this group's loss reads (on-policy: all of it)."""
+        return batch
+
+    def loss(self, batch: TensorDictBase) -> TensorDictBase:
+        """Loss terms on a minibatch: every ``loss`` or ``loss_*`` entry is summed into the objective, every other
+        scalar is logged. Override to add terms::
+
+            def loss(self, batch):
+                terms = super().loss(batch)
+                terms["loss_l2"] = 1e-4 * sum(p.square().sum() for p in self.policy.parameters())
+                return terms
+        """
+        return self.objective_fn()(batch)
+
+    def after_step(self, batch: TensorDictBase) -> torch.Tensor | None:
+        """After each optimizer step that was taken, with this group's part of its minibatch: off-policy learners move
+        their target networks and return the sampled transitions' new priorities (None: no priorities)."""
+        return None
+
+    def objective_fn(self) -> Any:
+        """The objective as training calls it: the torchrl loss, or its ``torch.compile``d form."""
+        if not self.compile_objective:
+            return self.objective
+        if "objective" not in self._compiled:
+            device = next(self.parameters()).device
+            compiled = torch.compile(self.objective, mode="reduce-overhead" if device.type == "cuda" else None,
+                                     dynamic=False)
+            self._compiled["objective"] = _CudaGraphOutputs(compiled) if device.type == "cuda" else compiled
+        return self._compiled["objective"]
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Plain data beside the weights that a resumed run needs (off-policy: target-update counters)."""
+        return {}
+
+    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`checkpoint_state`."""
+
+
+class _CudaGraphOutputs:
+    """A loss compiled with CUDA graphs (``reduce-overhead``) whose outputs outlive the next call: CUDA graphs reuse
+    their output memory at every replay, so loss terms kept for the iteration's metrics (or a second group's loss in
+    the same step) would read overwritten memory. Each call starts a new graph step and clones the terms (scalars:
+    the clone is free, and differentiable)."""
+
+    def __init__(self, compiled: Any) -> None:
+        self.compiled = compiled
+
+    def __call__(self, batch: TensorDictBase) -> TensorDictBase:
+        torch.compiler.cudagraph_mark_step_begin()
+        return self.compiled(batch).clone()
