@@ -125,6 +125,7 @@ class LitMarlCLI(LightningCLI):
                  "the last checkpoint is kept) or skip that update (counted in train/skipped_updates)",
         )
         parser.link_arguments("seed_everything", "model.init_args.seed", compute_fn=_seed_to_int)
+        parser.link_arguments("nan_policy", "model.init_args.nan_policy")  # the model's argument, set by the flag
 
     @override
     def parse_arguments(self, parser, args) -> None:
@@ -208,7 +209,6 @@ class LitMarlCLI(LightningCLI):
             NEW_RUN_FOLDERS.append(Path(log_dir))
         if rank_zero:
             check_writable(Path(log_dir if log_dir is not None else self.trainer.default_root_dir))
-        self.model.nan_policy = self.config[self.subcommand].get("nan_policy", "stop")
 
     before_fit = before_validate = before_test = _refuse_used_run_folder
 

@@ -19,7 +19,7 @@ import time
 from abc import ABC
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import lightning.pytorch as pl
 import torch
@@ -51,7 +51,8 @@ from lit_marl.data.evaluator import Evaluator
 from lit_marl.data.replay import group_buffers
 from lit_marl.distributed import check_shares, check_strategy, reduce_means
 from lit_marl.envs.base import Task
-from lit_marl.errors import ConfigError, check_gradient_clipping, device_name, positive_int
+from lit_marl.callbacks.numerics import NAN_POLICIES
+from lit_marl.errors import ConfigError, check_gradient_clipping, device_name, one_of, positive_int
 from lit_marl.lightning_adapter import attached_trainer, logged_step
 from lit_marl.utils import Configurable, deepcopy_keeping_shared_tensors, instantiate
 
@@ -82,6 +83,9 @@ class MarlAlgorithm(CollectionLoop, ABC):
             (VMAS), as BenchMARL's ``collect_with_grad``: ``on_batch_collected`` hooks get the batch with the graph
             from the policies' parameters through actions and physics to observations and rewards; training reads a
             detached copy (see :mod:`lit_marl.data.differentiable`).
+        nan_policy: what a NaN/Inf loss term or gradient does: ``stop`` training with a NumericalError naming the
+            group, term and iteration (the last checkpoint is kept), or ``skip`` that update (counted in
+            ``train/skipped_updates``); on the command line ``lit-marl fit --nan_policy skip``.
     """
 
     #: name written into checkpoints (a checkpoint only loads into the same algorithm); empty on bases
@@ -96,10 +100,6 @@ class MarlAlgorithm(CollectionLoop, ABC):
     supports_recurrent: ClassVar[bool] = False
     supports_continuous_actions: ClassVar[bool] = True
     supports_discrete_actions: ClassVar[bool] = True
-    #: what a NaN/Inf loss term or gradient does: ``"stop"`` training with a :class:`NumericalError` naming the
-    #: group, term and iteration, or ``"skip"`` that update (see :class:`~lit_marl.callbacks.NumericalFaultPolicy`).
-    #: Set per run with ``lit-marl fit --nan_policy skip`` or on the instance.
-    nan_policy: str = "stop"
     __deepcopy__ = deepcopy_keeping_shared_tensors  # a copy's losses read the tensors its optimizer updates
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -128,6 +128,7 @@ class MarlAlgorithm(CollectionLoop, ABC):
         seed: int = 0,
         compile: bool = False,
         collect_with_grad: bool = False,
+        nan_policy: Literal["stop", "skip"] = "stop",
         **learner_arguments: Any,
     ) -> None:
         super().__init__()
@@ -152,6 +153,7 @@ class MarlAlgorithm(CollectionLoop, ABC):
         self.seed = int(seed)
         self.compile_losses = bool(compile)  # not ``self.compile``: that is nn.Module's method
         self.collect_with_grad = bool(collect_with_grad)
+        self.nan_policy = one_of("nan_policy", nan_policy, NAN_POLICIES)
         if self.collect_with_grad and not self.task.differentiable:
             raise ConfigError(f"collect_with_grad: true needs a differentiable simulator, and the task {self.task.name} "
                               f"({type(self.task).__name__}) is not one; allowed: false, or a VmasTask")

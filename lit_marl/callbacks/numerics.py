@@ -8,7 +8,7 @@ from typing_extensions import override
 
 from lit_marl.errors import NumericalError, one_of
 
-#: the values of ``MarlAlgorithm.nan_policy`` (``lit-marl fit --nan_policy``)
+#: the values of the algorithms' ``nan_policy`` argument (``lit-marl fit --nan_policy``)
 NAN_POLICIES = ("stop", "skip")
 
 

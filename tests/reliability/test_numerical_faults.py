@@ -5,6 +5,7 @@ counts them in ``train/skipped_updates``."""
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
 
 import lightning.pytorch as pl
@@ -13,7 +14,7 @@ import torch
 import yaml
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from lit_marl.errors import NumericalError
+from lit_marl.errors import ConfigError, NumericalError
 from tests.conftest import tiny_kwargs, tiny_task, tiny_trainer
 from tests.reliability.faulty import FaultyMAPPO
 from tests.reliability.helpers import QUIET, expect_exit, rows, run_dirs, tiny_config
@@ -102,6 +103,18 @@ def test_unknown_nan_policy_is_refused_by_name(tmp_path):
         trainer.fit(model)
 
 
+def test_nan_policy_is_an_argument_of_every_algorithm_refused_by_name_before_any_env(monkeypatch):
+    from lit_marl.algorithms import MAPPO, QMIX, Ensemble
+    from lit_marl.envs.base import Task
+
+    assert {inspect.signature(cls).parameters["nan_policy"].default for cls in (MAPPO, QMIX, Ensemble)} == {"stop"}
+    model = MAPPO(tiny_task(), **tiny_kwargs(nan_policy="skip"))
+    assert model.nan_policy == "skip" and model.hparams["nan_policy"] == "skip"
+    monkeypatch.setattr(Task, "_make_env", lambda *a, **k: pytest.fail("an environment was built before the check"))
+    with pytest.raises(ConfigError, match="nan_policy: must be one of 'stop', 'skip', got 'ignore'"):
+        MAPPO(tiny_task(), **tiny_kwargs(nan_policy="ignore"))
+
+
 def _faulty_config(path, **fault):
     config = yaml.safe_load(tiny_config(path).read_text())
     config["model"]["class_path"] = "tests.reliability.faulty.FaultyMAPPO"
@@ -126,6 +139,8 @@ def test_cli_nan_policy_skip_finishes_the_run(tmp_path):
     main(["fit", "--config", str(config), *QUIET, "--nan_policy", "skip"])
     (run,) = run_dirs()
     assert yaml.safe_load((run / "config.yaml").read_text())["nan_policy"] == "skip"
+    hparams = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["hyper_parameters"]
+    assert hparams["nan_policy"] == "skip"  # the flag sets the model's argument, saved with the others
     skipped = [float(r["train/skipped_updates"]) for r in rows(run) if r.get("train/skipped_updates")]
     assert skipped == [0.0, 2.0, 0.0]  # iteration 2's 2 optimizer steps (1 epoch × 2 minibatches)
 
