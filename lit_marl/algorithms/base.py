@@ -184,14 +184,17 @@ class MarlAlgorithm(CollectionLoop, ABC):
         self._eval_rollouts: list[TensorDictBase] = []
         self._timer: dict[str, float] = {}
         self._replay_buffer_map: dict[str, TensorDictReplayBuffer] | None = None
-        #: whether the current optimizer step was skipped for a NaN/Inf (``nan_policy="skip"``)
-        self.update_skipped = False
         #: the last iteration's training row as logged: ``{"step", "epoch", "metrics"}`` (checkpoints carry it)
         self.iteration_row: dict[str, Any] | None = None
-        #: the signal that stopped the last ``fit`` (after saving ``signal_checkpoint``), or None
-        self.stopped_by_signal: int | None = None
-        self.signal_checkpoint: str | None = None
-        self._faults = NumericalFaultPolicy()
+        # the run's own callbacks (configure_callbacks), which keep their state; the properties below read it
+        self._faults, self._preemption = NumericalFaultPolicy(), PreemptionCheckpoint()
+
+    update_skipped = property(lambda self: self._faults.update_skipped,
+                              doc="Whether the current optimizer step was skipped for a NaN/Inf (nan_policy skip).")
+    stopped_by_signal = property(lambda self: self._preemption.stopped_by_signal,
+                                 doc="The signal that stopped the last fit (after saving signal_checkpoint), or None.")
+    signal_checkpoint = property(lambda self: self._preemption.signal_checkpoint,
+                                 doc="The checkpoint saved when a signal stopped the last fit, or None.")
 
     def _validate_args(self) -> None:
         """Subclasses validate their own arguments against the run's here (called before any learner is built)."""
@@ -302,7 +305,7 @@ class MarlAlgorithm(CollectionLoop, ABC):
         the NaN/Inf policy, ``metrics.csv`` repair and pre-emption signals. Also refreshes Lightning's default
         progress bar every 20 steps instead of every step: hundreds of minibatch steps per iteration make a per-step
         refresh cost ~1% of training time."""
-        callbacks: list[pl.Callback] = [FrameBudget(), self._faults, MetricsFileRepair(), PreemptionCheckpoint()]
+        callbacks: list[pl.Callback] = [FrameBudget(), self._faults, MetricsFileRepair(), self._preemption]
         bar = self.trainer.progress_bar_callback if attached_trainer(self) is not None else None
         if type(bar) is TQDMProgressBar and bar.refresh_rate == 1:
             callbacks.append(TQDMProgressBar(refresh_rate=20))

@@ -17,13 +17,15 @@ class NumericalFaultPolicy(pl.Callback):
 
     ``"stop"``: a :class:`~lit_marl.errors.NumericalError` naming the group, term and iteration, raised before the
     optimizer step, so no weight changes and the last checkpoint stays as it was. ``"skip"``: that update is skipped
-    (the module's ``update_skipped`` is set for per-step hooks such as priority and target updates) and counted in
+    (its ``update_skipped`` says so to per-step hooks such as priority and target updates) and counted in
     ``train/skipped_updates``. At every iteration's end, before any checkpoint callback, NaN/Inf weights (a finite
     but overflowing update) stop training too.
     """
 
     def __init__(self) -> None:
         self.skipped = 0
+        #: whether the current optimizer step was skipped for a NaN/Inf (the algorithm's ``update_skipped`` reads it)
+        self.update_skipped = False
 
     def fault(self, pl_module: pl.LightningModule, what: str, batch_idx: int) -> bool:
         """A NaN/Inf in this optimizer step: True to skip it, else raise :class:`NumericalError`."""
@@ -31,7 +33,7 @@ class NumericalFaultPolicy(pl.Callback):
         where = f"at iteration {pl_module.iteration + 1} (frames {pl_module.frames}), minibatch {batch_idx}"
         if policy == "skip":
             self.skipped += 1
-            pl_module.update_skipped = True
+            self.update_skipped = True
             return True
         raise NumericalError(
             f"{what} {where}: training stopped before the update, so no weights were changed and the last "
@@ -41,7 +43,7 @@ class NumericalFaultPolicy(pl.Callback):
 
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int) -> None:
-        pl_module.update_skipped = False
+        self.update_skipped = False
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -37,8 +37,8 @@ def signal_label(signum: int) -> str:
 class PreemptionCheckpoint(Checkpoint):
     """SIGTERM and SIGUSR1 (what SLURM and most schedulers send before a kill) and the first Ctrl-C (SIGINT) finish
     the current iteration (collection, updates, a due evaluation), save ``last.ckpt`` (in ``ModelCheckpoint``'s
-    folder) and stop; the module's ``stopped_by_signal`` and ``signal_checkpoint`` say so afterwards (``lit-marl
-    fit`` exits 128 + the signal's number: 130 for Ctrl-C). A second Ctrl-C raises ``KeyboardInterrupt`` at once:
+    folder) and stop; its ``stopped_by_signal`` and ``signal_checkpoint`` say so afterwards (the algorithm's properties
+    of the same names read them; ``lit-marl fit`` exits 128 + the signal's number: 130 for Ctrl-C). A second Ctrl-C raises ``KeyboardInterrupt`` at once:
     every checkpoint already on disk is whole (they are written to a temporary file and renamed).
 
     Nothing interrupts torchrl or tensordict half-way: the first signal only sets a flag that the end of the
@@ -58,10 +58,13 @@ class PreemptionCheckpoint(Checkpoint):
     def __init__(self) -> None:
         self.received: int | None = None
         self._previous_sigint = None
+        #: the signal that stopped the last ``fit`` (after saving ``signal_checkpoint``), or None
+        self.stopped_by_signal: int | None = None
+        self.signal_checkpoint: str | None = None
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        pl_module.stopped_by_signal = pl_module.signal_checkpoint = None
+        self.stopped_by_signal = self.signal_checkpoint = None
         self.received = None
         if threading.current_thread() is not threading.main_thread():
             return
@@ -96,16 +99,16 @@ class PreemptionCheckpoint(Checkpoint):
         if not trainer.strategy.reduce_boolean_decision(self.received is not None, all=False):  # on any process
             return
         path = self._save_last(trainer)
-        pl_module.stopped_by_signal = self.received or signal.SIGTERM
-        pl_module.signal_checkpoint = str(path)
+        self.stopped_by_signal = self.received or signal.SIGTERM
+        self.signal_checkpoint = str(path)
         trainer.should_stop = True
-        rank_zero_info(f"lit-marl: stopped by {signal_label(pl_module.stopped_by_signal)} after iteration "
+        rank_zero_info(f"lit-marl: stopped by {signal_label(self.stopped_by_signal)} after iteration "
                        f"{pl_module.iteration} (frames {pl_module.frames}); resume with --ckpt_path {path}")
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         callback = trainer.checkpoint_callback
-        if callback is not None and getattr(callback, "save_last", False) and pl_module.stopped_by_signal is None:
+        if callback is not None and getattr(callback, "save_last", False) and self.stopped_by_signal is None:
             self._save_last(trainer)
 
     @override
