@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import tempfile
 import time
-from abc import ABC
+from abc import ABC, abstractmethod
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -34,24 +34,16 @@ from typing_extensions import override
 from lit_marl.algorithms.arguments import build_learner, compose
 from lit_marl.algorithms.collection import CollectionLoop
 from lit_marl.algorithms.learner import GroupLearner, RunFacts
+from lit_marl.algorithms.registry import register
 from lit_marl.callbacks import FrameBudget, MetricsFileRepair, NumericalFaultPolicy, PreemptionCheckpoint
-from lit_marl.checkpoint import (
-    AtomicCheckpointIO,
-    buffers_meta,
-    check_compatible,
-    checked_meta,
-    migrate_state_dict,
-    rank_buffers,
-    read_checkpoint,
-    run_meta,
-    save_buffers_per_process,
-)
+from lit_marl.callbacks.numerics import NAN_POLICIES
+from lit_marl.checkpoint import (AtomicCheckpointIO, buffers_meta, check_compatible, checked_meta, migrate_state_dict,
+                                 rank_buffers, read_checkpoint, run_meta, save_buffers_per_process)
 from lit_marl.data import Sampler
 from lit_marl.data.evaluator import Evaluator
 from lit_marl.data.replay import group_buffers
 from lit_marl.distributed import check_shares, check_strategy, reduce_means
 from lit_marl.envs.base import Task
-from lit_marl.callbacks.numerics import NAN_POLICIES
 from lit_marl.errors import ConfigError, check_gradient_clipping, device_name, one_of, positive_int
 from lit_marl.lightning_adapter import attached_trainer, logged_step
 from lit_marl.utils import Configurable, deepcopy_keeping_shared_tensors, instantiate
@@ -111,6 +103,7 @@ class MarlAlgorithm(CollectionLoop, ABC):
                     setattr(cls, flag, getattr(learner, flag))
         if cls.algorithm_name:  # concrete: one flat constructor of the learner's and the run's arguments
             compose(cls, learner)
+            register(cls)
 
     def __init__(
         self,
@@ -197,13 +190,12 @@ class MarlAlgorithm(CollectionLoop, ABC):
                                  doc="The checkpoint saved when a signal stopped the last fit, or None.")
 
     def _validate_args(self) -> None:
-        """Subclasses validate their own arguments against the run's here (called before any learner is built)."""
+        """Subclasses check their arguments against the run's here (before any learner is built)."""
 
     @property
+    @abstractmethod
     def loop_batch_size(self) -> int:
         """Frames per minibatch (on-policy) or transitions per group per optimizer step (off-policy)."""
-        raise NotImplementedError(f"{type(self).__name__} has no training loop; use OnPolicyAlgorithm or "
-                                  f"OffPolicyAlgorithm")
 
     def run_facts(self) -> RunFacts:
         """What each learner may read of this run."""

@@ -1,5 +1,6 @@
-"""The one registry of lit-marl's algorithms: the concrete :class:`MarlAlgorithm` subclasses lit-marl ships
-(those with an ``algorithm_name``), found by walking the class tree, so a new algorithm file registers itself."""
+"""The one registry of lit-marl's algorithms: every concrete algorithm class (one with an ``algorithm_name``) is
+registered as it is defined (``MarlAlgorithm.__init_subclass__`` calls :func:`register`), so a new algorithm file
+registers itself. This module imports nothing of the algorithms' (no import circle with ``base.py``)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,28 @@ from typing import Any
 
 from lit_marl.errors import ConfigError
 
+#: every concrete algorithm class defined so far, lit-marl's and research subclasses, in definition order
+_REGISTERED: list[type] = []
+
+
+def register(cls: type) -> None:
+    """Record a concrete algorithm class (called for each as it is defined)."""
+    _REGISTERED.append(cls)
+
+
+def is_algorithm(cls: Any) -> bool:
+    """Whether ``cls`` is a concrete lit-marl algorithm class (lit-marl's or a subclass of one)."""
+    return isinstance(cls, type) and cls in _REGISTERED
+
 
 def algorithms_by_name() -> dict[str, type]:
     """``{algorithm_name: class}`` of lit-marl's algorithms (a research subclass outside ``lit_marl`` is not
     listed, and never shadows the class it extends)."""
     import lit_marl.algorithms  # noqa: F401  (imports every algorithm family, so every class is registered)
-    from lit_marl.algorithms.base import MarlAlgorithm
 
     found: dict[str, type] = {}
-    pending = list(MarlAlgorithm.__subclasses__())
-    while pending:
-        cls = pending.pop()
-        pending.extend(cls.__subclasses__())
-        if cls.algorithm_name and cls.__module__.startswith("lit_marl."):
+    for cls in _REGISTERED:
+        if cls.__module__.startswith("lit_marl."):
             found.setdefault(cls.algorithm_name, cls)
     return dict(sorted(found.items()))
 
@@ -71,7 +81,6 @@ def algorithm_entry(field: str, entry: Any) -> tuple[type, dict[str, Any]]:
     import inspect
 
     from lit_marl.algorithms.arguments import learner_skip, parameters_of
-    from lit_marl.algorithms.base import MarlAlgorithm
 
     allowed = ", ".join(c.__name__ for c in algorithms_by_name().values() if c.learner_class is not None)
     if not isinstance(entry, dict) or not isinstance(entry.get("class_path"), str) or set(entry) - {"class_path",
@@ -83,7 +92,7 @@ def algorithm_entry(field: str, entry: Any) -> tuple[type, dict[str, Any]]:
         cls = getattr(importlib.import_module(module_name or "lit_marl.algorithms"), name)
     except (ImportError, AttributeError, ValueError):
         cls = None
-    if not (isinstance(cls, type) and issubclass(cls, MarlAlgorithm) and cls.algorithm_name and cls.learner_class):
+    if not (is_algorithm(cls) and cls.learner_class):
         raise ConfigError(f"{field}.class_path: {entry['class_path']!r} is not a lit-marl algorithm; "
                           f"allowed: {allowed} (as lit_marl.algorithms.<name>), or a subclass of one")
     init_args = dict(entry.get("init_args") or {})
