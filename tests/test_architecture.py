@@ -17,7 +17,7 @@ ROOT = Path(lit_marl.__file__).parent
 MAX_LINES = 450
 #: packages whose overriding methods must say so with ``@override``
 OVERRIDE_PACKAGES = ("lit_marl.algorithms", "lit_marl.envs", "lit_marl.models", "lit_marl.data", "lit_marl.callbacks",
-                     "lit_marl.tune", "lit_marl.slurm")
+                     "lit_marl.tune", "lit_marl.slurm", "lit_marl.evaluation", "lit_marl.export")
 
 
 def _sources() -> list[Path]:
@@ -51,6 +51,14 @@ def test_dependencies_run_one_way(package, forbidden):
     offenders = {str(p.relative_to(ROOT)): sorted(m for m in _imported_modules(p) if m.startswith(forbidden))
                  for p in (ROOT / package).rglob("*.py")}
     assert not {k: v for k, v in offenders.items() if v}, f"{package}/ imports {forbidden}"
+
+
+def test_the_registry_imports_no_algorithm_module():
+    """Algorithms register themselves as they are defined, so the registry needs none of their modules (the
+    ``base.py`` ↔ ``registry.py`` import circle is gone); it only imports the package, to load every family."""
+    imported = _imported_modules(ROOT / "algorithms" / "registry.py")
+    assert not {m for m in imported if m.startswith("lit_marl.algorithms.") and m != "lit_marl.algorithms.arguments"}
+    assert "lit_marl.algorithms.registry" not in _imported_modules(ROOT / "algorithms" / "learner.py")
 
 
 def _classes(package: str):

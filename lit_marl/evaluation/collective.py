@@ -51,6 +51,7 @@ class CollectiveReward(MarlCallback):
         # the task is checked before the first collection, not after it
         collective_reward(pl_module.task, pl_module.task.specs.observation_spec.zero())
 
+    @override
     def on_batch_collected(self, trainer: pl.Trainer, pl_module, batch: TensorDictBase) -> None:
         reward = collective_reward(pl_module.task, batch.get("next"))
         self._sum += float(reward.sum())
@@ -63,6 +64,7 @@ class CollectiveReward(MarlCallback):
                           on_epoch=True, sync_dist=True)
         self._sum, self._count = 0.0, 0
 
+    @override
     def on_evaluation_end(self, trainer: pl.Trainer, pl_module, episodes: list[TensorDictBase]) -> None:
         if not episodes:
             return

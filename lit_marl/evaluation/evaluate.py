@@ -115,6 +115,7 @@ class EvaluationReport(MarlCallback):
             postfix["success"] = f"{sum(successes) / len(successes):.2f}"
         bar.set_postfix(postfix)
 
+    @override
     def on_evaluation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                           episodes: list[TensorDictBase]) -> None:
         if not trainer.testing:

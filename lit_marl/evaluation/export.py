@@ -15,6 +15,8 @@ import lightning.pytorch as pl
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from typing_extensions import override
+
 from lit_marl.atomic import atomic_target
 from lit_marl.callbacks import MarlCallback
 from lit_marl.errors import ConfigError
@@ -34,6 +36,7 @@ class CollectionExport(MarlCallback):
         self.folder = folder
         self.every_n = every_n
 
+    @override
     def on_batch_collected(self, trainer: pl.Trainer, pl_module, batch: TensorDictBase) -> None:
         if pl_module.iteration % self.every_n or not trainer.is_global_zero:
             return

@@ -149,6 +149,7 @@ class MarlEvalJson(MarlCallback):
         if trainer.is_global_zero:
             self._load(trainer, pl_module)
 
+    @override
     def on_evaluation_end(self, trainer: pl.Trainer, pl_module, episodes: list[TensorDictBase]) -> None:
         if trainer.testing or trainer.sanity_checking or not trainer.is_global_zero or self.data is None:
             return

@@ -14,6 +14,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.data import Binary, Composite, TensorSpec
 from torchrl.envs.utils import ExplorationType, set_exploration_type
+from typing_extensions import override
 
 from lit_marl.errors import ConfigError
 
@@ -50,6 +51,7 @@ class DeterministicPolicy(nn.Module):
         self.input_keys = list(input_keys)
         self.output_keys = list(output_keys)
 
+    @override
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         data = TensorDict(dict(zip(self.input_keys, inputs)), batch_size=inputs[0].shape[:1])
         with set_exploration_type(ExplorationType.DETERMINISTIC):
@@ -65,6 +67,7 @@ class _PassThrough(TensorDictModuleBase):
         super().__init__()
         self.in_keys, self.out_keys = [], []
 
+    @override
     def forward(self, tensordict):
         return tensordict
 
