@@ -33,6 +33,12 @@ def positive_int(field: str, value: Any) -> int:
     return value
 
 
+def non_negative_int(field: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"{field}: must be an integer >= 0, got {value!r}")
+    return value
+
+
 def positive_float(field: str, value: Any) -> float:
     if not _is_number(value) or value <= 0:
         raise ConfigError(f"{field}: must be a positive finite number, got {value!r}")

@@ -23,7 +23,7 @@ from lit_marl.algorithms.base import MarlAlgorithm
 from lit_marl.algorithms.learner import GroupLearner
 from lit_marl.data.off_policy import OffPolicyData
 from lit_marl.data.replay import BUFFER_DEVICES, TRAJECTORY_KEY, ReplayShape
-from lit_marl.errors import ConfigError, positive_int, unit_interval
+from lit_marl.errors import ConfigError, non_negative_int, positive_int, unit_interval
 from lit_marl.models.recurrent import recurrent_state_specs, sequence_mode
 from lit_marl.utils import deepcopy_keeping_shared_tensors
 
@@ -107,9 +107,7 @@ class OffPolicyLearner(GroupLearner):
         if run.batch_size > self.memory_size:
             raise ConfigError(f"train_batch_size: {run.batch_size} is larger than memory_size={memory_size}; "
                               f"allowed: 1..{memory_size}")
-        if not isinstance(init_random_frames, int) or isinstance(init_random_frames, bool) or init_random_frames < 0:
-            raise ConfigError(f"init_random_frames: must be an integer >= 0, got {init_random_frames!r}")
-        self.init_random_frames = init_random_frames
+        self.init_random_frames = non_negative_int("init_random_frames", init_random_frames)
         self.use_prioritized_replay_buffer = bool(use_prioritized_replay_buffer)
         self.prb_alpha = unit_interval("prb_alpha", prb_alpha)
         self.prb_beta = unit_interval("prb_beta", prb_beta)
@@ -119,9 +117,7 @@ class OffPolicyLearner(GroupLearner):
         if sequence_length is not None:
             positive_int("sequence_length", sequence_length)
         self.sequence_length = sequence_length
-        if not isinstance(burn_in, int) or isinstance(burn_in, bool) or burn_in < 0:
-            raise ConfigError(f"burn_in: must be an integer >= 0, got {burn_in!r}")
-        self.burn_in = burn_in
+        self.burn_in = non_negative_int("burn_in", burn_in)
         self.soft_target_update = bool(soft_target_update)
         if isinstance(polyak_tau, bool) or not isinstance(polyak_tau, (int, float)) or not 0 < polyak_tau <= 1:
             raise ConfigError(f"polyak_tau: must be in (0, 1], got {polyak_tau!r}")

@@ -31,7 +31,7 @@ from lit_marl.algorithms.registry import algorithm_class
 from lit_marl.atomic import atomic_target
 from lit_marl.lightning_adapter import attached_trainer, logged_step
 from lit_marl.callbacks import MarlCallback
-from lit_marl.errors import ConfigError
+from lit_marl.errors import ConfigError, non_negative_int
 from lit_marl.evaluation.episodes import episode_records
 from lit_marl.evaluation.io import new_folder, provenance, write_json
 from lit_marl.evaluation.statistics import CONFIDENCE, N_RESAMPLES, paired_difference, scipy_stats, summarize
@@ -61,8 +61,7 @@ class EvaluationReport(MarlCallback):
                  fps: int = 20, confidence: float = CONFIDENCE, n_resamples: int = N_RESAMPLES,
                  checkpoint: str | None = None, val_video_every: int = 0) -> None:
         for name, value in (("videos", videos), ("val_video_every", val_video_every)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"evaluation.{name}: must be an integer >= 0, got {value!r}")
+            non_negative_int(f"evaluation.{name}", value)
         require_encoder("evaluation.videos", videos)
         require_encoder("evaluation.val_video_every", val_video_every)
         if not isinstance(fps, int) or fps <= 0:

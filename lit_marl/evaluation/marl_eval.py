@@ -27,7 +27,7 @@ from typing_extensions import override
 
 from lit_marl.callbacks import MarlCallback
 from lit_marl.data import EvaluationBatches
-from lit_marl.errors import ConfigError
+from lit_marl.errors import ConfigError, non_negative_int
 from lit_marl.evaluation.episodes import episode_records
 from lit_marl.evaluation.io import write_json
 from lit_marl.reading import json_kind
@@ -100,8 +100,7 @@ class MarlEvalJson(MarlCallback):
     """
 
     def __init__(self, path: str | None = None, absolute_factor: int = 10, absolute_batch_size: int | None = None) -> None:
-        if not isinstance(absolute_factor, int) or absolute_factor < 0:
-            raise ConfigError(f"marl_eval.absolute_factor: must be an integer >= 0, got {absolute_factor!r}")
+        non_negative_int("marl_eval.absolute_factor", absolute_factor)
         if absolute_batch_size is not None and (not isinstance(absolute_batch_size, int) or absolute_batch_size <= 0):
             raise ConfigError(f"marl_eval.absolute_batch_size: must be a positive integer, got {absolute_batch_size!r}")
         self.path = path

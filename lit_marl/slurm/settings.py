@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from lit_marl.errors import ConfigError, positive_float, positive_int
+from lit_marl.errors import ConfigError, non_negative_int, positive_float, positive_int
 
 #: how runs (or a study's workers) are started: processes on this machine, or a SLURM job array
 LAUNCHERS = ("local", "slurm")
@@ -99,13 +99,11 @@ def parse_settings(data: Any, field_name: str = "slurm") -> SlurmSettings:
         elif key == "mem_gb":
             value = None if value is None else positive_float(name, value)
         elif key == "gpus_per_task":
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"{name}: must be an integer >= 0, got {value!r}")
+            non_negative_int(name, value)
         elif key == "array_parallelism":
             value = None if value is None else positive_int(name, value)
         elif key == "max_requeues":
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"{name}: must be an integer >= 0, got {value!r}")
+            non_negative_int(name, value)
         elif key == "sbatch_flags":
             value = _sbatch_flags(name, value)
         else:
