@@ -53,8 +53,11 @@ def parameters_of(cls: type, skip: tuple[str, ...] = ()) -> list[inspect.Paramet
     """The arguments ``cls`` takes through its ``__init__`` chain (:func:`declaring`), base classes' first."""
     found: dict[str, inspect.Parameter] = {}
     for _, _, named in reversed(list(declaring(cls, skip))):
-        for parameter in named:
-            found.setdefault(parameter.name, parameter)
+        for parameter in named:  # a subclass that declares an argument again (another default) is the one used,
+            previous = found.get(parameter.name)  # with its base's annotation where it has none (``task``)
+            if previous is not None and parameter.annotation is parameter.empty:
+                parameter = parameter.replace(annotation=previous.annotation)
+            found[parameter.name] = parameter
     return list(found.values())
 
 
@@ -83,10 +86,15 @@ def _args_section(doc: str | None) -> list[str]:
 
 def _documented(owners: list[type]) -> str:
     """The ``Args:`` entries of the classes that declare the composed arguments, in their order."""
-    entries: list[str] = []
+    entries: dict[str, list[str]] = {}  # by argument: a subclass's entry replaces its base's, in the base's place
     for owner in owners:
-        entries += _args_section(owner.__doc__) + _args_section(_own_init(owner).__doc__)
-    return "\n".join("    " + line if line else "" for line in entries)
+        for line in _args_section(owner.__doc__) + _args_section(_own_init(owner).__doc__):
+            if line and not line.startswith(" "):
+                name = line.split(":")[0].strip()
+                entries[name] = []
+            if entries:
+                entries[name].append(line)
+    return "\n".join("    " + line if line else "" for lines in entries.values() for line in lines)
 
 
 def learner_skip(algorithm: type) -> tuple[str, ...]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictModuleBase, TensorDictSequential
@@ -10,6 +12,7 @@ from torchrl.modules import IndependentNormal, MaskedCategorical, ProbabilisticA
 from typing_extensions import override
 
 from lit_marl.envs.base import Task
+from lit_marl.errors import ConfigError
 from lit_marl.models import ModelConfig, ModelInputs
 
 
@@ -45,15 +48,17 @@ class FromState(nn.Module):
 
 
 def stochastic_policy(task: Task, group: str, model: ModelConfig, share_params: bool, scale_mapping: str,
-                      use_tanh_normal: bool) -> ProbabilisticActor:
+                      use_tanh_normal: bool, per_agent: bool = False) -> ProbabilisticActor:
     """Decentralised stochastic policy of ``group`` writing ``(group, "action")`` and its log-probability
-    ``(group, "action_log_prob")``: tanh-normal (or normal) for continuous actions, categorical for discrete."""
+    ``(group, "action_log_prob")``: tanh-normal (or normal) for continuous actions, categorical for discrete.
+    ``per_agent``: one network per agent with parameter tensors of its own (:class:`PerAgent`)."""
     inputs = ModelInputs.of(task, group)
     action_spec = task.specs.group_action_spec(group)
+    build = model.build_module if not per_agent else functools.partial(PerAgent.module, task, group, model)
     if task.continuous_actions:
-        module = model.build_module(inputs, [(group, "loc"), (group, "scale")], 2 * action_spec.shape[-1],
-                                    centralised=False, share_params=share_params,
-                                    head=NormalParamExtractor(scale_mapping=scale_mapping))
+        module = build(inputs, [(group, "loc"), (group, "scale")], 2 * action_spec.shape[-1],
+                       centralised=False, share_params=share_params,
+                       head=NormalParamExtractor(scale_mapping=scale_mapping))
         if use_tanh_normal:
             dist_class, dist_kwargs = TanhNormal, {"low": action_spec.space.low, "high": action_spec.space.high}
         else:
@@ -62,8 +67,7 @@ def stochastic_policy(task: Task, group: str, model: ModelConfig, share_params: 
             module, spec=action_spec, in_keys=[(group, "loc"), (group, "scale")], out_keys=[(group, "action")],
             distribution_class=dist_class, distribution_kwargs=dist_kwargs, return_log_prob=True,
         )
-    module = model.build_module(inputs, [(group, "logits")], action_spec.space.n, centralised=False,
-                                share_params=share_params)
+    module = build(inputs, [(group, "logits")], action_spec.space.n, centralised=False, share_params=share_params)
     mask_key = task.action_mask_key(group)
     if mask_key is None:
         in_keys, dist_class, dist_kwargs = {"logits": (group, "logits")}, torch.distributions.Categorical, {}
@@ -76,6 +80,34 @@ def stochastic_policy(task: Task, group: str, model: ModelConfig, share_params: 
         module = TensorDictSequential(MaskGuard(task, group), module)
     return ProbabilisticActor(module, spec=action_spec, in_keys=in_keys, out_keys=[(group, "action")],
                               distribution_class=dist_class, distribution_kwargs=dist_kwargs, return_log_prob=True)
+
+
+class PerAgent(nn.Module):
+    """One network per agent, each with parameter tensors of its own (an optimizer step can move one agent's alone,
+    which a multi-agent network's stacked parameters cannot): ``[*B, n_agents, *obs] -> [*B, n_agents, out]``."""
+
+    def __init__(self, nets: list[nn.Module], obs_ndim: int, head: nn.Module | None = None) -> None:
+        super().__init__()
+        self.nets = nn.ModuleList(nets)
+        self.obs_ndim = obs_ndim
+        self.head = head
+
+    @override
+    def forward(self, observation: torch.Tensor):
+        flat = observation.flatten(start_dim=observation.dim() - self.obs_ndim)  # [*B, n_agents, D]
+        out = torch.stack([net(flat[..., i, :]) for i, net in enumerate(self.nets)], dim=-2)
+        return out if self.head is None else self.head(out)
+
+    @classmethod
+    def module(cls, task: Task, group: str, model: ModelConfig, inputs: ModelInputs, out_keys: list,
+               n_agent_outputs: int, centralised: bool, share_params: bool,
+               head: nn.Module | None = None) -> TensorDictModule:
+        """As ``model.build_module`` (decentralised, unshared), with one ``model.build_single`` network per agent."""
+        if len(inputs.keys) != 1:
+            raise ConfigError(f"actor_model: one network per agent reads the observation only, got {inputs.keys}")
+        shape = task.specs.observation_spec[inputs.keys[0]].shape[1:]  # one agent's
+        nets = [model.build_single(shape.numel(), n_agent_outputs) for _ in task.group_map[group]]
+        return TensorDictModule(cls(nets, len(shape), head), in_keys=list(inputs.keys), out_keys=out_keys)
 
 
 class MaskGuard(TensorDictModuleBase):

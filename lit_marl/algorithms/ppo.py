@@ -137,6 +137,11 @@ class PPO(GroupLearner):
         with sequence_mode():
             return super().loss(batch)
 
+    @property
+    def entropy_weight(self) -> float:
+        """The entropy coefficient the torchrl loss applies (its mean runs over every agent of the group)."""
+        return self.entropy_coef
+
     # ------------------------------------------------------------------ networks
     @override
     def build_policy(self) -> ProbabilisticActor:
@@ -163,7 +168,7 @@ class PPO(GroupLearner):
             critic_network=self.critic,
             clip_epsilon=self.clip_epsilon,
             entropy_bonus=self.entropy_coef > 0,
-            entropy_coeff=self.entropy_coef,
+            entropy_coeff=self.entropy_weight,
             critic_coeff=self.critic_coef,
             loss_critic_type=self.loss_critic_type,
             normalize_advantage=self.minibatch_advantage,

@@ -1,0 +1,213 @@
+"""Heterogeneous-agent PPO: HAPPO (Kuba et al., 2022, "Trust Region Policy Optimisation in Multi-Agent Reinforcement
+Learning", ICLR; the HARL code is the reference for details).
+
+Every agent has a policy of its own and the agents update one after another in a fresh random order each iteration:
+agent *m* maximises PPO's clipped surrogate with the advantage multiplied by the product of the probability ratios of
+the agents updated before it in this iteration (``new / old`` on the collected actions), which makes the sequence of
+updates a monotonic-improvement scheme for the joint policy; the centralised critic trains once after the actors. As
+in HARL, the advantage is normalised over the batch before the product.
+
+On lit-marl's learners that is a small learner and a small change of the run: :class:`SequentialPPO` is the PPO
+learner with one network per agent (parameter tensors of its own, so one agent's optimizer step moves no other
+agent's weights) whose loss is the phase's part of torchrl's ``ClipPPOLoss`` (the surrogate fed ``factor × A`` for the
+agent in turn, or the value loss); :class:`HAPPO` is the on-policy run with a training loop of phases
+(:class:`SequentialUpdates`) that keeps only the gradients of the phase's parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+from torchrl.modules import ProbabilisticActor
+from typing_extensions import override
+
+from lit_marl.algorithms.common import stochastic_policy
+from lit_marl.algorithms.on_policy import OnPolicyAlgorithm
+from lit_marl.algorithms.ppo import PPO
+from lit_marl.errors import ConfigError
+from lit_marl.models import Mlp
+
+#: the root key of a batch holding each transition's factor: the product of the ratios of the agents updated before
+FACTOR = "happo_factor"
+
+
+class SequentialPPO(PPO):
+    """What one group learns with HAPPO: PPO with one policy network per agent, trained one agent at a time.
+
+    ``phase`` (set by the run) says what a minibatch trains: ``("actor", i)`` agent *i* of this group, ``("critic",
+    None)`` the critic, ``("idle", None)`` nothing of this group.
+
+    Args:
+        share_policy_params: must be false: every agent has a policy of its own.
+    """
+
+    supports_recurrent: ClassVar[bool] = False
+
+    def __init__(self, task, group, run, share_policy_params: bool = False, **kwargs: Any) -> None:
+        if share_policy_params is not False:
+            raise ConfigError(f"share_policy_params: {share_policy_params!r}; HAPPO gives every agent a policy of its "
+                              f"own and updates them one after another; allowed: false")
+        self.phase: tuple[str, int | None] = ("idle", None)
+        super().__init__(task, group, run, share_policy_params=False, **kwargs)
+
+    @override
+    def validate(self) -> None:
+        super().validate()
+        if type(self.actor_model) is not Mlp:
+            raise ConfigError(f"actor_model: {type(self.actor_model).__name__}; HAPPO builds one network per agent "
+                              f"from the observation, for now from Mlp only; allowed: Mlp")
+        if self.minibatch_advantage:
+            raise ConfigError("minibatch_advantage: true would normalise factor × advantage again in every minibatch; "
+                              "HAPPO normalises the advantage over the batch before the product (as HARL); allowed: "
+                              "false")
+
+    @property
+    def n_agents(self) -> int:
+        return len(self.task.group_map[self.group])
+
+    @property
+    @override
+    def entropy_weight(self) -> float:
+        # torchrl's loss averages the entropy over all the group's agents, and only the agent in turn keeps its gradient
+        return self.entropy_coef * self.n_agents
+
+    @override
+    def build_policy(self) -> ProbabilisticActor:
+        return stochastic_policy(self.task, self.group, self.actor_model, False, self.scale_mapping,
+                                 self.use_tanh_normal, per_agent=True)
+
+    def actor_parameters(self, agent: int) -> list[nn.Parameter]:
+        """The parameters of agent ``agent``'s policy network."""
+        for module in self.policy.modules():
+            if hasattr(module, "nets"):
+                return list(module.nets[agent].parameters())
+        raise RuntimeError("SequentialPPO's policy has no per-agent networks")
+
+    @override
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        agents = self.task.group_map[self.group]
+        groups = {f"actor/{agent}": self.actor_parameters(i) for i, agent in enumerate(agents)}
+        groups["critic"] = list(self.critic.parameters())
+        return groups
+
+    def active_parameters(self) -> list[nn.Parameter]:
+        """What the current phase trains (the run drops every other parameter's gradient before the step)."""
+        kind, agent = self.phase
+        if kind == "actor":
+            return self.actor_parameters(agent)
+        return list(self.critic.parameters()) if kind == "critic" else []
+
+    @override
+    def process_batch(self, batch: TensorDictBase) -> TensorDictBase:
+        """GAE (PPO's), then the advantage normalised over the whole batch, before any factor multiplies it."""
+        batch = super().process_batch(batch)
+        advantage = batch.get((self.group, "advantage"))
+        batch.set((self.group, "advantage"), (advantage - advantage.mean()) / (advantage.std() + 1e-5))
+        return batch
+
+    @override
+    def training_keys(self) -> list:
+        return [*super().training_keys(), FACTOR]
+
+    @override
+    def loss(self, batch: TensorDictBase) -> TensorDictBase:
+        kind, agent = self.phase
+        if kind == "idle":
+            return TensorDict({}, batch_size=[])
+        if kind == "critic":
+            return self.objective_fn()(batch).select("loss_critic", "explained_variance", strict=False)
+        # the agent in turn: the surrogate with factor × A for its actions, 0 for the others' (their terms vanish);
+        # × n_agents because torchrl's loss averages over every agent of the group
+        mask = torch.zeros(self.n_agents, 1, device=batch.device)
+        mask[agent] = self.n_agents
+        advantage = batch.get((self.group, "advantage")) * batch.get(FACTOR).unsqueeze(-2) * mask
+        batch = batch.clone(recurse=False).set((self.group, "advantage"), advantage)
+        return self.objective_fn()(batch).select("loss_objective", "loss_entropy", strict=False)
+
+    def agent_log_prob(self, batch: TensorDictBase, agent: int) -> torch.Tensor:
+        """``log π_agent(a | o)`` of the collected actions under the current policy, ``[N]``."""
+        dist = self.policy.get_dist(batch.select(*self.policy.in_keys, strict=False))
+        log_prob = dist.log_prob(batch.get((self.group, "action")))
+        return log_prob.reshape(batch.shape[0], self.n_agents)[:, agent]
+
+
+class SequentialUpdates:
+    """HAPPO's training loop for one iteration (one Lightning epoch): collect and process, draw the agents' order
+    (torch's generator: restored with a checkpoint's RNG state, so a resumed run draws the same orders), then for each
+    agent ``n_minibatch_iters`` epochs of minibatches with the current factor, after which the factor takes the agent's
+    ratio; last the critic, the same number of minibatches. Sized, so Lightning never fetches ahead of a step."""
+
+    def __init__(self, run: HAPPO) -> None:
+        self.run = run
+
+    def __len__(self) -> int:
+        return self.run.minibatches_per_iteration
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        run = self.run
+        batch = run.collect_batch()
+        with torch.no_grad():
+            batch = run.process_batch(batch)
+        batch.set(FACTOR, torch.ones(*batch.shape, 1, device=batch.device))
+        batch = batch.select(*run.training_keys(), strict=False).reshape(-1).to(run.device)
+        run.mark_training_start()
+        agents = [(group, i) for group in run.groups for i in range(len(run.task.group_map[group]))]
+        order = [agents[k] for k in torch.randperm(len(agents)).tolist()]
+        run.agent_orders.append([f"{group}/{run.task.group_map[group][i]}" for group, i in order])
+        for group, agent in order:
+            for name, learner in run.learners.items():
+                learner.phase = ("actor", agent) if name == group else ("idle", None)
+            yield from self._minibatches(batch)
+            learner = run.learners[group]
+            with torch.no_grad():
+                ratio = (learner.agent_log_prob(batch, agent)
+                         - batch.get((group, "action_log_prob")).reshape(batch.shape[0], -1)[:, agent]).exp()
+            batch.set(FACTOR, batch.get(FACTOR) * ratio.unsqueeze(-1))
+        for learner in run.learners.values():
+            learner.phase = ("critic", None)
+        yield from self._minibatches(batch)
+
+    def _minibatches(self, batch: TensorDictBase) -> Iterator[TensorDictBase]:
+        run, n = self.run, batch.shape[0]
+        size = run.minibatch_size // run.world_size
+        for _ in range(run.n_minibatch_iters):
+            shuffled = batch[torch.randperm(n, device=batch.device)]
+            for start in range(0, n - size + 1, size):
+                yield shuffled[start : start + size]
+
+
+class HAPPO(OnPolicyAlgorithm):
+    """Heterogeneous-agent PPO (see the module docstring): one policy per agent, updated one agent after another in a
+    random order each iteration with the previous agents' ratios as a factor, and a centralised critic."""
+
+    algorithm_name: ClassVar[str] = "happo"
+    learner_class = SequentialPPO
+    learner_settings: ClassVar[dict[str, Any]] = {"centralised_critic": True}
+
+    def __init__(self, task, **kwargs: Any) -> None:
+        #: each iteration's agent order (``group/agent``), in the order trained, since this module was built
+        self.agent_orders: list[list[str]] = []
+        super().__init__(task, **kwargs)
+
+    @property
+    @override
+    def minibatches_per_iteration(self) -> int:
+        agents = sum(len(self.task.group_map[g]) for g in self.groups)
+        return (agents + 1) * self.n_minibatch_iters * (self.frames_per_batch // self.minibatch_size)
+
+    @override
+    def train_dataloader(self) -> SequentialUpdates:
+        return SequentialUpdates(self)
+
+    @override
+    def on_after_backward(self) -> None:
+        """Keep only the gradients of what this phase trains: a parameter without a gradient is left alone by Adam (no
+        step from its moments), so each agent's weights move only in its own turn."""
+        active = {id(p) for learner in self.learners.values() for p in learner.active_parameters()}
+        for p in self.parameters():
+            if id(p) not in active:
+                p.grad = None
