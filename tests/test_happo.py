@@ -115,7 +115,7 @@ def test_the_agent_order_changes_and_resume_continues_it_bitwise(tmp_path):
 
 @pytest.mark.parametrize("overrides, fragments", [
     ({"share_policy_params": True}, ["share_policy_params: True", "allowed: false"]),
-    ({"minibatch_advantage": True}, ["minibatch_advantage: true", "allowed: false"]),
+    ({"minibatch_advantage": True}, ["minibatch_advantage: True", "allowed: false"]),
     ({"actor_model": Gru()}, ["actor_model: Gru", "allowed: Mlp"]),
 ])
 def test_bad_settings_are_refused_by_name(overrides, fragments, monkeypatch):

@@ -28,6 +28,7 @@ from typing_extensions import override
 from lit_marl.algorithms.common import stochastic_policy
 from lit_marl.algorithms.on_policy import OnPolicyAlgorithm
 from lit_marl.algorithms.ppo import PPO
+from lit_marl.data.on_policy import OnPolicyData, shuffled_minibatches
 from lit_marl.errors import ConfigError
 from lit_marl.models import Mlp
 
@@ -51,6 +52,10 @@ class SequentialPPO(PPO):
         if share_policy_params is not False:
             raise ConfigError(f"share_policy_params: {share_policy_params!r}; HAPPO gives every agent a policy of its "
                               f"own and updates them one after another; allowed: false")
+        if kwargs.get("minibatch_advantage", False) is not False:
+            raise ConfigError(f"minibatch_advantage: {kwargs['minibatch_advantage']!r} would normalise factor × "
+                              f"advantage again in every minibatch; HAPPO normalises the advantage over the batch "
+                              f"before the product (as HARL); allowed: false")
         self.phase: tuple[str, int | None] = ("idle", None)
         super().__init__(task, group, run, share_policy_params=False, **kwargs)
 
@@ -60,10 +65,6 @@ class SequentialPPO(PPO):
         if type(self.actor_model) is not Mlp:
             raise ConfigError(f"actor_model: {type(self.actor_model).__name__}; HAPPO builds one network per agent "
                               f"from the observation, for now from Mlp only; allowed: Mlp")
-        if self.minibatch_advantage:
-            raise ConfigError("minibatch_advantage: true would normalise factor × advantage again in every minibatch; "
-                              "HAPPO normalises the advantage over the batch before the product (as HARL); allowed: "
-                              "false")
 
     @property
     def n_agents(self) -> int:
@@ -110,10 +111,6 @@ class SequentialPPO(PPO):
         return batch
 
     @override
-    def training_keys(self) -> list:
-        return [*super().training_keys(), FACTOR]
-
-    @override
     def loss(self, batch: TensorDictBase) -> TensorDictBase:
         kind, agent = self.phase
         if kind == "idle":
@@ -135,33 +132,24 @@ class SequentialPPO(PPO):
         return log_prob.reshape(batch.shape[0], self.n_agents)[:, agent]
 
 
-class SequentialUpdates:
-    """HAPPO's training loop for one iteration (one Lightning epoch): collect and process, draw the agents' order
+class SequentialUpdates(OnPolicyData):
+    """HAPPO's training loop for one iteration (one Lightning epoch): the batch as PPO trains on it, the agents' order
     (torch's generator: restored with a checkpoint's RNG state, so a resumed run draws the same orders), then for each
     agent ``n_minibatch_iters`` epochs of minibatches with the current factor, after which the factor takes the agent's
     ratio; last the critic, the same number of minibatches. Sized, so Lightning never fetches ahead of a step."""
 
-    def __init__(self, run: HAPPO) -> None:
-        self.run = run
-
-    def __len__(self) -> int:
-        return self.run.minibatches_per_iteration
-
+    @override
     def __iter__(self) -> Iterator[TensorDictBase]:
-        run = self.run
-        batch = run.collect_batch()
-        with torch.no_grad():
-            batch = run.process_batch(batch)
-        batch.set(FACTOR, torch.ones(*batch.shape, 1, device=batch.device))
-        batch = batch.select(*run.training_keys(), strict=False).reshape(-1).to(run.device)
-        run.mark_training_start()
+        run = self.algorithm
+        batch, size = self.training_batch()
+        batch.set(FACTOR, torch.ones(batch.shape[0], 1, device=batch.device))
         agents = [(group, i) for group in run.groups for i in range(len(run.task.group_map[group]))]
         order = [agents[k] for k in torch.randperm(len(agents)).tolist()]
         run.agent_orders.append([f"{group}/{run.task.group_map[group][i]}" for group, i in order])
         for group, agent in order:
             for name, learner in run.learners.items():
                 learner.phase = ("actor", agent) if name == group else ("idle", None)
-            yield from self._minibatches(batch)
+            yield from shuffled_minibatches(batch, run.n_minibatch_iters, size)
             learner = run.learners[group]
             with torch.no_grad():
                 ratio = (learner.agent_log_prob(batch, agent)
@@ -169,15 +157,7 @@ class SequentialUpdates:
             batch.set(FACTOR, batch.get(FACTOR) * ratio.unsqueeze(-1))
         for learner in run.learners.values():
             learner.phase = ("critic", None)
-        yield from self._minibatches(batch)
-
-    def _minibatches(self, batch: TensorDictBase) -> Iterator[TensorDictBase]:
-        run, n = self.run, batch.shape[0]
-        size = run.minibatch_size // run.world_size
-        for _ in range(run.n_minibatch_iters):
-            shuffled = batch[torch.randperm(n, device=batch.device)]
-            for start in range(0, n - size + 1, size):
-                yield shuffled[start : start + size]
+        yield from shuffled_minibatches(batch, run.n_minibatch_iters, size)
 
 
 class HAPPO(OnPolicyAlgorithm):

@@ -41,6 +41,12 @@ class OnPolicyData:
         return self.algorithm.minibatches_per_iteration
 
     def __iter__(self) -> Iterator[TensorDictBase]:
+        batch, size = self.training_batch()
+        yield from shuffled_minibatches(batch, self.algorithm.n_minibatch_iters, size)
+
+    def training_batch(self) -> tuple[TensorDictBase, int]:
+        """This iteration's frames, collected and processed (without grad), reduced to the training keys and flattened
+        (or cut into trajectory chunks), on the training device; and the minibatch size of this process."""
         algo = self.algorithm
         batch = algo.collect_batch()
         with torch.no_grad():
@@ -54,9 +60,14 @@ class OnPolicyData:
             batch = batch.reshape(-1).to(algo.device)
             size = algo.minibatch_size // algo.world_size  # DDP: each process's share of the global minibatch
         algo.mark_training_start()
-        n = batch.shape[0]
-        for _ in range(algo.n_minibatch_iters):
-            # one gather per epoch; each minibatch is a view of it (the same minibatches as a gather per step)
-            shuffled = batch[torch.randperm(n, device=batch.device)]
-            for start in range(0, n - size + 1, size):
-                yield shuffled[start : start + size]
+        return batch, size
+
+
+def shuffled_minibatches(batch: TensorDictBase, epochs: int, size: int) -> Iterator[TensorDictBase]:
+    """``epochs`` passes over ``batch`` (its first dim) in shuffled minibatches of ``size`` (a remainder is left out)."""
+    n = batch.shape[0]
+    for _ in range(epochs):
+        # one gather per epoch; each minibatch is a view of it (the same minibatches as a gather per step)
+        shuffled = batch[torch.randperm(n, device=batch.device)]
+        for start in range(0, n - size + 1, size):
+            yield shuffled[start : start + size]
