@@ -11,10 +11,11 @@ from lit_marl.algorithms.off_policy import OffPolicyAlgorithm, OffPolicyLearner
 from lit_marl.algorithms.ddpg import DDPG, IDDPG, MADDPG
 from lit_marl.algorithms.ensemble import Ensemble
 from lit_marl.algorithms.happo import HAPPO, SequentialPPO
+from lit_marl.algorithms.hatrpo import HATRPO, TrustRegionPPO
 from lit_marl.algorithms.ppo import IPPO, MAPPO, PPO
 from lit_marl.algorithms.q_learning import IQL, QMIX, VDN, QLearning
 from lit_marl.algorithms.sac import ISAC, MASAC, SAC
 
 __all__ = ["MarlAlgorithm", "OnPolicyAlgorithm", "OffPolicyAlgorithm", "GroupLearner", "OffPolicyLearner",
            "RunFacts", "PPO", "MAPPO", "IPPO", "DDPG", "MADDPG", "IDDPG", "SAC", "MASAC", "ISAC", "QLearning", "IQL",
-           "VDN", "QMIX", "HAPPO", "SequentialPPO", "Ensemble"]
+           "VDN", "QMIX", "HAPPO", "SequentialPPO", "HATRPO", "TrustRegionPPO", "Ensemble"]

@@ -149,7 +149,7 @@ class SequentialUpdates(OnPolicyData):
         for group, agent in order:
             for name, learner in run.learners.items():
                 learner.phase = ("actor", agent) if name == group else ("idle", None)
-            yield from shuffled_minibatches(batch, run.n_minibatch_iters, size)
+            yield from run.actor_minibatches(batch, size)
             learner = run.learners[group]
             with torch.no_grad():
                 ratio = (learner.agent_log_prob(batch, agent)
@@ -182,6 +182,10 @@ class HAPPO(OnPolicyAlgorithm):
     @override
     def train_dataloader(self) -> SequentialUpdates:
         return SequentialUpdates(self)
+
+    def actor_minibatches(self, batch: TensorDictBase, size: int) -> Iterator[TensorDictBase]:
+        """What one agent's turn trains on: ``n_minibatch_iters`` epochs of shuffled minibatches (HATRPO: the batch)."""
+        return shuffled_minibatches(batch, self.n_minibatch_iters, size)
 
     @override
     def on_after_backward(self) -> None:

@@ -23,7 +23,8 @@ from tests.conftest import CONFIGS, tiny_task
 from tests.reliability.helpers import expect_exit
 
 ALGORITHMS = [algorithms.MAPPO, algorithms.IPPO, algorithms.MADDPG, algorithms.IDDPG, algorithms.MASAC,
-              algorithms.ISAC, algorithms.IQL, algorithms.VDN, algorithms.QMIX, algorithms.HAPPO]
+              algorithms.ISAC, algorithms.IQL, algorithms.VDN, algorithms.QMIX, algorithms.HAPPO,
+              algorithms.HATRPO]
 MODELS = [models.Mlp, models.Cnn, models.DeepSets, models.Gnn, models.Gru, models.Lstm, models.Sequence]
 #: arguments built from other objects (tested through their own classes here)
 COMPOSED = {"task", "actor_model", "critic_model", "layers"}
