@@ -19,9 +19,10 @@ def _happo(**overrides) -> HAPPO:
     return HAPPO(tiny_task("balance", scenario_kwargs={"n_agents": 3}), **tiny_kwargs(**overrides))
 
 
-def _fit(tmp_path, name, max_epochs, ckpt_path=None, model=None):
+def fit_run(tmp_path, name, max_epochs, ckpt_path=None, model=None, build=None):
+    """A run of ``build()`` (default: :func:`_happo`) checkpointing every iteration, from ``ckpt_path`` if given."""
     pl.seed_everything(0)
-    model = model or _happo()
+    model = model or (build or _happo)()
     checkpoint = ModelCheckpoint(dirpath=tmp_path / name, save_last=True, every_n_epochs=1, save_on_train_epoch_end=True)
     trainer = tiny_trainer(tmp_path / name, max_epochs=max_epochs, callbacks=[checkpoint], check_val_every_n_epoch=100)
     trainer.fit(model, ckpt_path=ckpt_path)
@@ -52,7 +53,7 @@ def test_each_agent_moves_only_in_its_turn_and_the_critic_last(tmp_path):
         return original(batch)
 
     learner.loss = watched
-    _fit(tmp_path, "run", max_epochs=1, model=model)
+    fit_run(tmp_path, "run", max_epochs=1, model=model)
     (order,) = model.agent_orders
     assert sorted(order) == ["agents/agent_0", "agents/agent_1", "agents/agent_2"]
     phases = [phase for phase, _ in snapshots]
@@ -86,7 +87,7 @@ def test_an_agents_advantage_carries_the_earlier_agents_ratios(tmp_path):
         return new
 
     learner.objective_fn, learner.agent_log_prob = spy_objective, spy_log_prob
-    _fit(tmp_path, "run", max_epochs=1, model=model)
+    fit_run(tmp_path, "run", max_epochs=1, model=model)
     order = [int(a[-1]) for a in model.agent_orders[0]]
     first = [s for s in seen if s[0] == order[0]]
     assert all(torch.equal(f, torch.ones_like(f)) for _, f, _ in first)  # nobody before the first agent
@@ -103,9 +104,9 @@ def test_an_agents_advantage_carries_the_earlier_agents_ratios(tmp_path):
 
 
 def test_the_agent_order_changes_and_resume_continues_it_bitwise(tmp_path):
-    straight, straight_trainer = _fit(tmp_path, "straight", max_epochs=4)
-    _fit(tmp_path, "first", max_epochs=2)
-    resumed, resumed_trainer = _fit(tmp_path, "resumed", max_epochs=4, ckpt_path=tmp_path / "first" / "last.ckpt")
+    straight, straight_trainer = fit_run(tmp_path, "straight", max_epochs=4)
+    fit_run(tmp_path, "first", max_epochs=2)
+    resumed, resumed_trainer = fit_run(tmp_path, "resumed", max_epochs=4, ckpt_path=tmp_path / "first" / "last.ckpt")
     assert len({tuple(o) for o in straight.agent_orders}) > 1  # a fresh order per iteration
     assert resumed.agent_orders == straight.agent_orders[2:]
     assert resumed.frames == straight.frames and resumed_trainer.global_step == straight_trainer.global_step

@@ -4,16 +4,15 @@ refused by name."""
 
 from __future__ import annotations
 
-import lightning.pytorch as pl
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 
 from lit_marl.algorithms import HATRPO
 from lit_marl.algorithms.trust_region import conjugate_gradient, trust_region_step
 from lit_marl.errors import ConfigError
-from tests.conftest import tiny_kwargs, tiny_task, tiny_trainer
+from tests.conftest import tiny_kwargs, tiny_task
+from tests.test_happo import fit_run
 
 
 def _spd(n: int, seed: int = 0) -> torch.Tensor:
@@ -60,12 +59,7 @@ def _hatrpo(**overrides) -> HATRPO:
 
 
 def _fit(tmp_path, name, max_epochs, ckpt_path=None, model=None):
-    pl.seed_everything(0)
-    model = model or _hatrpo()
-    checkpoint = ModelCheckpoint(dirpath=tmp_path / name, save_last=True, every_n_epochs=1, save_on_train_epoch_end=True)
-    trainer = tiny_trainer(tmp_path / name, max_epochs=max_epochs, callbacks=[checkpoint], check_val_every_n_epoch=100)
-    trainer.fit(model, ckpt_path=ckpt_path)
-    return model, trainer
+    return fit_run(tmp_path, name, max_epochs, ckpt_path, model, build=_hatrpo)
 
 
 def test_each_agent_takes_one_step_within_the_kl_threshold_with_the_factor(tmp_path):

@@ -24,6 +24,16 @@ def _mean_return(model: MAPPO, episodes: int = 50) -> float:
     return torch.stack(list(model.episode_returns(rollout).values())).mean().item()
 
 
+def returns_before_and_after(model, tmp_path) -> tuple[float, float]:
+    """The mean evaluation return (50 seeded episodes) before training and after ``fit`` to the model's budget."""
+    before = _mean_return(model)
+    trainer = pl.Trainer(max_epochs=-1, gradient_clip_val=5.0, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                         default_root_dir=tmp_path)
+    trainer.fit(model)
+    return before, _mean_return(model)
+
+
 @pytest.mark.learning
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_mappo_raises_evaluation_return_on_balance(tmp_path, seed):
@@ -32,12 +42,7 @@ def test_mappo_raises_evaluation_return_on_balance(tmp_path, seed):
     model = MAPPO(task, actor_model=Mlp([64, 64]), critic_model=Mlp([64, 64]), frames_per_batch=6000,
                   num_envs=60, n_minibatch_iters=10, minibatch_size=1000, lr=3e-4,
                   max_frames=6000 * ITERATIONS, seed=seed)
-    before = _mean_return(model)
-    trainer = pl.Trainer(max_epochs=-1, gradient_clip_val=5.0, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-                         default_root_dir=tmp_path)
-    trainer.fit(model)
-    after = _mean_return(model)
+    before, after = returns_before_and_after(model, tmp_path)
     print(f"seed {seed}: mean evaluation return {before:.2f} -> {after:.2f} after {model.frames} frames")
     assert model.frames == 6000 * ITERATIONS
     assert after - before >= MARGIN, f"seed {seed}: return {before:.2f} -> {after:.2f}"

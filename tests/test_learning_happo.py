@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import lightning.pytorch as pl
 import pytest
-import torch
-
 from lit_marl.algorithms import HAPPO, HATRPO
 from lit_marl.envs import VmasTask
 from lit_marl.models import Mlp
+from tests.test_learning import returns_before_and_after
 
 #: Measured on this machine, one thread per run (2026-12-05, `OMP_NUM_THREADS=1`): untrained -9.81, -8.45, -9.96;
 #: after 84k frames HAPPO 20.31, 22.53, 14.99 (seeds 0, 1, 2: +30.1, +31.0, +25.0; 50-61 s each), HATRPO 21.10,
@@ -21,11 +20,6 @@ from lit_marl.models import Mlp
 #: false on the same settings and seeds: 24.62, 23.25, 24.20 (20-27 s each).
 MARGIN = 15.0
 ITERATIONS = 14
-
-
-def _mean_return(model, episodes: int = 50) -> float:
-    rollout = model.evaluate(seed=12345, num_envs=episodes)
-    return torch.stack(list(model.episode_returns(rollout).values())).mean().item()
 
 
 @pytest.mark.learning
@@ -37,12 +31,7 @@ def test_raises_evaluation_return_on_balance(tmp_path, algorithm, seed):
     model = algorithm(task, actor_model=Mlp([64, 64]), critic_model=Mlp([64, 64]), share_policy_params=False,
                   frames_per_batch=6000, num_envs=60, n_minibatch_iters=10, minibatch_size=1000, lr=3e-4,
                   max_frames=6000 * ITERATIONS, seed=seed)
-    before = _mean_return(model)
-    trainer = pl.Trainer(max_epochs=-1, gradient_clip_val=5.0, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-                         default_root_dir=tmp_path)
-    trainer.fit(model)
-    after = _mean_return(model)
+    before, after = returns_before_and_after(model, tmp_path)
     print(f"{algorithm.__name__} seed {seed}: mean evaluation return {before:.2f} -> {after:.2f} after {model.frames} frames")
     assert model.frames == 6000 * ITERATIONS
     assert len(model.agent_orders) == ITERATIONS
