@@ -155,7 +155,7 @@ def test_resume_restores_the_buffer_contents(tmp_path):
 def test_continuous_only_algorithm_on_a_discrete_task_names_what_fits():
     with pytest.raises(ConfigError, match="MADDPG needs continuous actions.*continuous_actions=true") as err:
         MADDPG(tiny_task(continuous_actions=False), **ddpg_kwargs())
-    assert str(err.value).endswith("algorithm for discrete actions: HAPPO, IPPO, IQL, ISAC, MAPPO, MASAC, QMIX, VDN")
+    assert str(err.value).endswith("algorithm for discrete actions: HAPPO, HATRPO, IPPO, IQL, ISAC, MAPPO, MASAC, QMIX, VDN")
 
 
 @pytest.mark.parametrize(
