@@ -1,38 +1,62 @@
-"""Checkpoints written by earlier lit-marl still load and resume: ``tests/fixtures/checkpoints`` holds runs made by
-the code of 2026-12-04 (``made_by.json`` names the commit) and the weights one more iteration gave then; today's code
-must continue each of them to the same weights."""
+"""Checkpoints written by earlier lit-marl still load and resume: lit-marl as it was on 2026-12-04 (commit 5f9fc39,
+before algorithms were split into learners; taken from this repository's git history) writes checkpoints of MAPPO,
+MADDPG, MASAC, QMIX and an ensemble and the weights one more iteration gives (``tests/fixtures/make_checkpoints.py``);
+today's code must load each and continue it to the same weights, bitwise."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 import torch
 
 from lit_marl.checkpoint import migrate_state_dict
+from tests.conftest import ROOT
 from tests.fixtures.make_checkpoints import NAMES, build, fit
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "checkpoints"
+#: the last commit before the learner split
+OLD = "5f9fc39"
 
 
-def _copy(name: str, to: Path) -> Path:
-    for path in FIXTURES.glob(f"{name}.ckpt*"):
+@pytest.fixture(scope="module")
+def old_runs(tmp_path_factory) -> Path:
+    """The old code's checkpoints and weights, written by that code (from ``git archive``) into a temporary folder."""
+    work = tmp_path_factory.mktemp("old")
+    archive = subprocess.run(["git", "archive", "--format=tar", OLD, "lit_marl"], cwd=ROOT, capture_output=True)
+    assert archive.returncode == 0, f"commit {OLD} is needed from git history: {archive.stderr.decode()}"
+    (work / "code.tar").write_bytes(archive.stdout)
+    with tarfile.open(work / "code.tar") as tar:
+        tar.extractall(work / "code", filter="data")
+    env = {**os.environ, "PYTHONPATH": str(work / "code")}
+    made = subprocess.run([sys.executable, str(ROOT / "tests" / "fixtures" / "make_checkpoints.py"), str(work / "out")],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr[-3000:]
+    return work / "out"
+
+
+def _copy(old_runs: Path, name: str, to: Path) -> Path:
+    for path in old_runs.glob(f"{name}.ckpt*"):
         shutil.copy(path, to / path.name)
     return to / f"{name}.ckpt"
 
 
-def test_fixtures_were_made_by_the_old_code():
-    made_by = json.loads((FIXTURES / "made_by.json").read_text())
-    assert made_by["commit"].startswith("5f9fc39")
+def test_the_checkpoints_were_made_by_the_old_code(old_runs):
+    made_by = json.loads((old_runs / "made_by.json").read_text())
+    assert made_by["lit_marl"].startswith(str(old_runs.parent / "code"))
     assert set(made_by["runs"]) == set(NAMES)
+    assert torch.load(old_runs / "mappo.ckpt", weights_only=True)["lit_marl"]["format_version"] == 1
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_old_checkpoint_resumes_to_the_same_weights(tmp_path, name):
-    ckpt = _copy(name, tmp_path)
-    expected = torch.load(FIXTURES / f"{name}.after_one_more.pt", weights_only=True)
+def test_old_checkpoint_resumes_to_the_same_weights(old_runs, tmp_path, name):
+    ckpt = _copy(old_runs, name, tmp_path)
+    expected = torch.load(old_runs / f"{name}.after_one_more.pt", weights_only=True)
     model, trainer = fit(name, tmp_path / "resumed", max_epochs=3, ckpt_path=ckpt)
     assert (model.frames, model.iteration, trainer.global_step) == \
         (expected["frames"], expected["iteration"], expected["global_step"])
@@ -46,8 +70,8 @@ def test_old_checkpoint_resumes_to_the_same_weights(tmp_path, name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_old_checkpoint_loads_for_inference(name):
-    model = type(build(name)).load_from_checkpoint(FIXTURES / f"{name}.ckpt", weights_only=True)
+def test_old_checkpoint_loads_for_inference(old_runs, name):
+    model = type(build(name)).load_from_checkpoint(old_runs / f"{name}.ckpt", weights_only=True)
     assert model.iteration == 2 and model.frames == 80
     batch = model.task.make_env(num_envs=2, seed=0, device="cpu").reset()
     out = model.policy(batch)
