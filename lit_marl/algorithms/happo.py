@@ -17,6 +17,7 @@ agent in turn, or the value loss); :class:`HAPPO` is the on-policy run with a tr
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import cached_property
 from typing import Any, ClassVar
 
 import torch
@@ -25,7 +26,7 @@ from torch import nn
 from torchrl.modules import ProbabilisticActor
 from typing_extensions import override
 
-from lit_marl.algorithms.common import stochastic_policy
+from lit_marl.algorithms.common import PerAgent, stochastic_policy
 from lit_marl.algorithms.on_policy import OnPolicyAlgorithm
 from lit_marl.algorithms.ppo import PPO
 from lit_marl.data.on_policy import OnPolicyData, shuffled_minibatches
@@ -81,12 +82,15 @@ class SequentialPPO(PPO):
         return stochastic_policy(self.task, self.group, self.actor_model, False, self.scale_mapping,
                                  self.use_tanh_normal, per_agent=True)
 
+    @cached_property
+    def _agent_parameters(self) -> list[list[nn.Parameter]]:
+        """Each agent's policy parameters, found once (the run asks for the phase's at every optimizer step)."""
+        nets = next(module.nets for module in self.policy.modules() if isinstance(module, PerAgent))
+        return [list(net.parameters()) for net in nets]
+
     def actor_parameters(self, agent: int) -> list[nn.Parameter]:
         """The parameters of agent ``agent``'s policy network."""
-        for module in self.policy.modules():
-            if hasattr(module, "nets"):
-                return list(module.nets[agent].parameters())
-        raise RuntimeError("SequentialPPO's policy has no per-agent networks")
+        return self._agent_parameters[agent]
 
     @override
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
