@@ -32,7 +32,7 @@ def test_a_compiled_loss_trains_like_the_eager_one(tmp_path, algorithm, kwargs):
         assert model.frames == 80
         weights[compiled] = {k: v.clone() for k, v in model.state_dict().items()}
         if compiled:
-            assert type(model.loss_module("agents")).__name__ == "OptimizedModule"
+            assert type(model.learners["agents"].objective_fn()).__name__ == "OptimizedModule"
     assert any(not torch.equal(initial[k], weights[False][k]) for k in initial)  # training moved the weights
     assert weights[False].keys() == weights[True].keys()
     for key in weights[False]:
