@@ -26,7 +26,7 @@ Overrides apply from the general to the particular: the grid's, the algorithm's,
 algorithm. A ``model.init_args`` key the algorithm does not take is refused by name before any run starts.
 
 Every run writes ``run_config.yaml`` (the config it runs), ``train/version_<n>/`` (Lightning's run folders),
-``marl_eval.json`` (:class:`~lit_marl.evaluation.marl_eval.MarlEvalJson`, continued across resumes), a log,
+``marl_eval.json`` (:class:`~lit_marl.callbacks.MarlEvalJson`, continued across resumes), a log,
 and ``finished.json`` once it has finished. Running the same command again skips finished runs and resumes
 interrupted ones from their newest ``last.ckpt``; the grid is checked (every algorithm and task exists and
 fits) before any run starts. ``launcher: slurm`` (or ``--launcher slurm``) with a ``slurm:`` mapping of settings
@@ -236,7 +236,7 @@ class Benchmark:
                              "init_args": {"save_dir": str(folder), "name": "train"}}
         trainer.setdefault("enable_progress_bar", False)
         callbacks = list(trainer.get("callbacks") or [])
-        callbacks.append({"class_path": "lit_marl.evaluation.MarlEvalJson",
+        callbacks.append({"class_path": "lit_marl.callbacks.MarlEvalJson",
                           "init_args": {"path": str(folder / "marl_eval.json")}})
         trainer["callbacks"] = callbacks
         return config

@@ -48,7 +48,7 @@ from lit_marl.cli_errors import LitMarlArgumentParser, find_cause
 from lit_marl.distributed import check_shares, check_strategy
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, NumericalError, check_gradient_clipping
-from lit_marl.evaluation import EvaluationReport
+from lit_marl.callbacks import EvaluationReport
 from lit_marl.run_folders import (
     DEFAULT_LOGGER,
     NEW_RUN_FOLDERS,

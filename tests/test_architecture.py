@@ -24,10 +24,12 @@ def _sources() -> list[Path]:
     return sorted(ROOT.rglob("*.py"))
 
 
-def _imported_modules(path: Path) -> set[str]:
-    """Every module ``path`` imports, at the top or inside functions (absolute names)."""
+def _imported_modules(path: Path, top_level_only: bool = False) -> set[str]:
+    """Every module ``path`` imports, at the top or inside functions (absolute names); with ``top_level_only``, the
+    ones imported when the module loads."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    for node in tree.body if top_level_only else ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -51,6 +53,20 @@ def test_dependencies_run_one_way(package, forbidden):
     offenders = {str(p.relative_to(ROOT)): sorted(m for m in _imported_modules(p) if m.startswith(forbidden))
                  for p in (ROOT / package).rglob("*.py")}
     assert not {k: v for k, v in offenders.items() if v}, f"{package}/ imports {forbidden}"
+
+
+def test_evaluation_holds_offline_results_and_no_callback():
+    """The callbacks that write results during a run live in ``callbacks/`` and build them with ``evaluation/``; the
+    evaluation package defines none and loads without them (it reaches them only when a checkpoint is evaluated)."""
+    from lightning.pytorch import Callback
+
+    callbacks = [f"{cls.__module__}.{cls.__qualname__}" for cls in _classes("lit_marl.evaluation")
+                 if issubclass(cls, Callback)]
+    assert not callbacks, f"callbacks in evaluation/: {callbacks}"
+    at_load = {str(p.relative_to(ROOT)): sorted(m for m in _imported_modules(p, top_level_only=True)
+                                                 if m.startswith(("lit_marl.callbacks", "lit_marl.algorithms")))
+               for p in (ROOT / "evaluation").rglob("*.py")}
+    assert not {k: v for k, v in at_load.items() if v}, "evaluation/ imports callbacks/ or algorithms/ at load"
 
 
 def test_the_registry_imports_no_algorithm_module():

@@ -16,7 +16,7 @@ from lit_marl.algorithms import MADDPG, MAPPO
 from lit_marl.envs import MaMuJoCoTask, Task
 from lit_marl.envs import mamujoco
 from lit_marl.errors import ConfigError
-from lit_marl.evaluation import EvaluationReport
+from lit_marl.callbacks import EvaluationReport
 from lit_marl.models import Mlp
 from lit_marl.utils import instantiate
 from tests.conftest import tiny_kwargs, tiny_trainer

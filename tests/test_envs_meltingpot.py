@@ -19,8 +19,8 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from lit_marl.algorithms import IPPO, MAPPO
 from lit_marl.envs import MeltingPotTask
 from lit_marl.errors import ConfigError
-from lit_marl.evaluation import CollectiveReward
-from lit_marl.evaluation.collective import collective_reward
+from lit_marl.callbacks import CollectiveReward
+from lit_marl.callbacks.collective import collective_reward
 from lit_marl.export import MANIFEST, export_policy, load_exported
 from lit_marl.models import Cnn
 from tests.conftest import tiny_trainer

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from lit_marl.algorithms import IPPO, MAPPO
+from lit_marl.callbacks import EvaluationReport
 from lit_marl.errors import ConfigError
-from lit_marl.evaluation import EvaluationReport, compare, evaluate_checkpoint, load_episodes, read_eval_info
+from lit_marl.evaluation import compare, evaluate_checkpoint, load_episodes, read_eval_info
 from lit_marl.evaluation.io import sha256
 from tests.conftest import tiny_kwargs, tiny_task
 from tests.tiny_env import CountdownTask, first_episode
@@ -187,7 +188,8 @@ def test_test_progress_bar_shows_the_running_mean_return_and_success(capsys):
 
 
 def test_training_collections_export_and_reload(tmp_path):
-    from lit_marl.evaluation.export import CollectionExport, load_collections
+    from lit_marl.callbacks import CollectionExport
+    from lit_marl.evaluation import load_collections
 
     collected = []
 

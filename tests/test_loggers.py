@@ -17,7 +17,7 @@ from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
 
 from lit_marl.algorithms import MAPPO
 from lit_marl.cli import main
-from lit_marl.evaluation import EvaluationReport
+from lit_marl.callbacks import EvaluationReport
 from tests.conftest import tiny_kwargs, tiny_task
 
 

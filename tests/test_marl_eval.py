@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from lit_marl.algorithms import MAPPO
-from lit_marl.evaluation.marl_eval import MarlEvalJson
+from lit_marl.callbacks import MarlEvalJson
 from tests.conftest import tiny_kwargs, tiny_task, tiny_trainer
 
 

@@ -1,7 +1,10 @@
 """Trainer callbacks, and the hooks lit-marl adds for research code.
 
 Every algorithm brings four callbacks of its own (``MarlAlgorithm.configure_callbacks``): :class:`FrameBudget`,
-:class:`NumericalFaultPolicy`, :class:`MetricsFileRepair` and :class:`PreemptionCheckpoint`.
+:class:`NumericalFaultPolicy`, :class:`MetricsFileRepair` and :class:`PreemptionCheckpoint`. Four more write results
+during a run, built by :mod:`lit_marl.evaluation`: :class:`EvaluationReport` (``eval_info.json`` and videos; the CLI's
+``--evaluation.*``), :class:`MarlEvalJson` (marl-eval's JSON), :class:`CollectiveReward` (Melting Pot's collective
+reward) and :class:`CollectionExport` (training batches as memory-mapped TensorDicts).
 
 Any Lightning callback may define these methods; the algorithm calls them (after the module's own
 hook of the same name):
@@ -44,10 +47,14 @@ def call_marl_hook(trainer: Trainer | None, pl_module: LightningModule, name: st
             hook(trainer, pl_module, *args)
 
 
+from lit_marl.callbacks.collection_export import CollectionExport  # noqa: E402
+from lit_marl.callbacks.collective import CollectiveReward  # noqa: E402
+from lit_marl.callbacks.evaluation_report import EvaluationReport  # noqa: E402
 from lit_marl.callbacks.frame_budget import FrameBudget  # noqa: E402
+from lit_marl.callbacks.marl_eval import MarlEvalJson  # noqa: E402
 from lit_marl.callbacks.metrics_file import MetricsFileRepair  # noqa: E402
 from lit_marl.callbacks.numerics import NumericalFaultPolicy  # noqa: E402
 from lit_marl.callbacks.preemption import PreemptionCheckpoint  # noqa: E402
 
 __all__ = ["MarlCallback", "call_marl_hook", "FrameBudget", "MetricsFileRepair", "NumericalFaultPolicy",
-           "PreemptionCheckpoint"]
+           "PreemptionCheckpoint", "EvaluationReport", "MarlEvalJson", "CollectiveReward", "CollectionExport"]

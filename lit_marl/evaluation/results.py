@@ -1,6 +1,6 @@
 """``lit-marl report``: benchmark statistics over runs, as PNG plots and Markdown/LaTeX tables.
 
-Reads marl-eval JSON files (``marl_eval.json``, written by :class:`~lit_marl.evaluation.marl_eval.MarlEvalJson`
+Reads marl-eval JSON files (``marl_eval.json``, written by :class:`~lit_marl.callbacks.MarlEvalJson`
 in every benchmark run) found under the given folders, and run folders of ``lit-marl fit`` without one (their
 ``config.yaml`` and the ``val/return`` column of ``metrics.csv``). A run's score is the mean return of its
 ``absolute_metrics`` (the best policy on 10× the evaluation episodes), or of its last evaluation where there is

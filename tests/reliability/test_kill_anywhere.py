@@ -35,7 +35,7 @@ def _config(tmp_path: Path) -> Path:
     path = tiny_config(tmp_path / "tiny.yaml")
     config = yaml.safe_load(path.read_text())
     config["model"]["init_args"]["max_frames"] = FRAMES_PER_ITERATION * ITERATIONS
-    config["trainer"]["callbacks"] = [{"class_path": "lit_marl.evaluation.MarlEvalJson",
+    config["trainer"]["callbacks"] = [{"class_path": "lit_marl.callbacks.MarlEvalJson",
                                        "init_args": {"absolute_factor": 0}}]
     path.write_text(yaml.safe_dump(config))
     return path

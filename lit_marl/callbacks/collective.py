@@ -11,7 +11,7 @@ Add it to a run with ``trainer.callbacks`` (every Melting Pot config in ``config
 
     trainer:
       callbacks:
-        - class_path: lit_marl.evaluation.CollectiveReward
+        - class_path: lit_marl.callbacks.CollectiveReward
 """
 
 from __future__ import annotations

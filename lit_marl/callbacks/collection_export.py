@@ -2,19 +2,16 @@
 
 :class:`CollectionExport` writes every ``every_n``-th collected batch ``[num_envs, steps]`` (before
 ``process_batch``) to ``<folder>/iteration_<k>/`` (written to a temp folder, then renamed, so a kill never leaves
-half a batch); :func:`load_collections` reloads them as one TensorDict. Evaluation episodes are exported by
-``lit-marl test --evaluation.export_episodes true`` (:func:`lit_marl.evaluation.load_episodes`).
+half a batch); :func:`lit_marl.evaluation.load_collections` reloads them as one TensorDict. Evaluation episodes are
+exported by ``lit-marl test --evaluation.export_episodes true`` (:func:`lit_marl.evaluation.load_episodes`).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import lightning.pytorch as pl
-import torch
-from tensordict import TensorDict, TensorDictBase
-
+from tensordict import TensorDictBase
 from typing_extensions import override
 
 from lit_marl.atomic import atomic_target
@@ -47,11 +44,3 @@ class CollectionExport(MarlCallback):
                               f"allowed: a new folder")
         with atomic_target(target, overwrite=False) as tmp:
             batch.detach().to("cpu").memmap(prefix=tmp)
-
-
-def load_collections(folder: str | os.PathLike) -> TensorDictBase:
-    """Every saved batch under ``folder``, in iteration order, concatenated along the env dimension."""
-    parts = sorted(Path(folder).glob("iteration_*"))
-    if not parts:
-        raise ConfigError(f"collections: no iteration_* folder under {str(folder)!r}")
-    return torch.cat([TensorDict.load_memmap(str(p)) for p in parts], 0)
