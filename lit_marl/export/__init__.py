@@ -38,7 +38,6 @@ import copy
 import importlib.util
 import io
 import os
-import shutil
 import time
 import warnings
 from pathlib import Path
@@ -46,6 +45,7 @@ from typing import Any
 
 import torch
 
+from lit_marl.atomic import atomic_target
 from lit_marl.errors import ConfigError
 from lit_marl.evaluation.io import package_version, provenance, write_json
 from lit_marl.export.signature import (
@@ -256,11 +256,8 @@ def export_policy(module, folder: str | os.PathLike, format: str = "exported", g
     groups = _check_groups(groups, list(module.groups))
     folder = Path(folder)
     _check_target(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with atomic_target(folder, overwrite=False) as tmp:  # renamed into place once complete; removed on error
+        tmp.mkdir()
         manifest_groups = {}
         for group in groups:
             inputs, outputs = policy_signature(module, group)
@@ -293,10 +290,6 @@ def export_policy(module, folder: str | os.PathLike, format: str = "exported", g
             "provenance": provenance(module.task.name.split("/")[0], checkpoint, config),
         }
         write_json(tmp / MANIFEST, manifest)
-        _check_target(folder)  # appeared while exporting
-        os.rename(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return folder
 
 
@@ -324,7 +317,7 @@ def export_checkpoint(ckpt_path: str | os.PathLike, format: str = "exported", ou
                       groups: list[str] | None = None, batch_size: int | None = None) -> Path:
     """Load a lit-marl checkpoint and :func:`export_policy` it (to ``out``, default :func:`default_folder`)."""
     from lit_marl.checkpoint import read_checkpoint
-    from lit_marl.evaluation.evaluate import algorithm_class
+    from lit_marl.algorithms.registry import algorithm_class
 
     format = _check_format(format)
     batch_size = _batch_arg(batch_size)
