@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lit_marl.envs import VMAS_SCENARIOS, Task, VmasTask
+from lit_marl.envs import VMAS_SCENARIOS, CustomTask, PettingZooTask, Task, VmasTask
 from lit_marl.errors import ConfigError
 from lit_marl.utils import instantiate
 
@@ -66,3 +66,32 @@ def test_instantiate_names_the_field_of_a_bad_class_path():
         instantiate({"class_path": "lit_marl.envs.Nope"}, Task, "task")
     with pytest.raises(ConfigError, match="is not a subclass of Task"):
         instantiate({"class_path": "lit_marl.models.Mlp"}, Task, "task")
+
+
+GROUPING_TASKS = {
+    "vmas": (lambda groups: VmasTask("balance", agent_groups=groups), ["agent_0", "agent_1", "agent_2"]),
+    "pettingzoo": (lambda groups: PettingZooTask("simple_spread", agent_groups=groups),
+                   ["agent_0", "agent_1", "agent_2"]),
+    "custom pettingzoo": (lambda groups: CustomTask("tests.custom_envs.MatchParallelEnv", 10,
+                                                          agent_groups=groups),
+                          ["player_0", "player_1"]),
+}
+
+
+@pytest.mark.parametrize("family", sorted(GROUPING_TASKS))
+def test_every_family_checks_agent_groups_the_same_way_and_names_the_field(family):
+    """One check (envs/grouping.py) for every family: a mapping that leaves an agent out is refused naming
+    task.agent_groups and the agent (PettingZoo and VMAS blamed their simulator's arguments before), a malformed one
+    before anything is built, and a complete mapping gives exactly those groups."""
+    make, agents = GROUPING_TASKS[family]
+    with pytest.raises(ConfigError, match=rf"task.agent_groups: .* does not put each agent in exactly one group "
+                                          rf"\(in no group {agents[-1]}\)"):
+        make({"first": agents[:-1]}).group_map
+    with pytest.raises(ConfigError, match=r"task.agent_groups: group 'b' holds \[\], not a non-empty list"):
+        make({"a": agents, "b": []})
+    with pytest.raises(ConfigError, match=r"task.agent_groups: unknown grouping 'by_team'; allowed: null, "
+                                          r"'all_in_one_group', 'one_group_per_agent'"):
+        make("by_team")
+    split = {"first": agents[:1], "rest": agents[1:]}
+    assert make(split).group_map == split
+    assert make("one_group_per_agent").group_map == {a: [a] for a in agents}

@@ -112,7 +112,8 @@ def test_bad_input_is_refused_by_name_before_a_substrate_is_built(monkeypatch):
         MeltingPotTask("commons_harvest")
     with pytest.raises(ConfigError, match=r"task.roles: \['chef'\] are not roles of collaborative_cooking__asymmetric"):
         MeltingPotTask("collaborative_cooking__asymmetric", roles=["default", "chef"])
-    with pytest.raises(ConfigError, match=r"task.agent_groups: \{'a': \['player_0'\]\} must name every player"):
+    with pytest.raises(ConfigError, match=r"task.agent_groups: \{'a': \['player_0'\]\} does not put each player in exactly one group "
+                                          r"\(in no group player_1\)"):
         MeltingPotTask("collaborative_cooking__asymmetric", agent_groups={"a": ["player_0"]})
     with pytest.raises(ConfigError, match="task.agent_groups: unknown grouping 'by_team'"):
         MeltingPotTask("collaborative_cooking__asymmetric", agent_groups="by_team")

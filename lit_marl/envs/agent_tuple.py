@@ -24,12 +24,9 @@ from typing_extensions import override
 
 from lit_marl.envs.base import Task
 from lit_marl.envs.batching import batched_env
+from lit_marl.envs.grouping import group_agents
 from lit_marl.envs.pettingzoo import check_workers
 from lit_marl.errors import ConfigError
-
-#: the groupings every task family of lit-marl names the same way
-GROUPINGS = ("all_in_one_group", "one_group_per_agent")
-
 
 def import_simulator(module: str, package: str, extra: str) -> Any:
     """``module``, or a ConfigError that names the missing package and the pip command of its extra."""
@@ -38,26 +35,6 @@ def import_simulator(module: str, package: str, extra: str) -> Any:
     except ImportError as err:
         raise ConfigError(f"task: needs the {package} package, which is not installed ({err}); install it with "
                           f"pip install 'lit-marl[{extra}]'") from None
-
-
-def group_agents(agent_groups: Any, agents: list[str]) -> dict[str, list[str]]:
-    """``{group: [agent names]}`` for ``agent_groups``: ``None`` or ``"all_in_one_group"`` (group ``agents``),
-    ``"one_group_per_agent"``, or a mapping that names every agent exactly once."""
-    if agent_groups is None or agent_groups == "all_in_one_group":
-        return {"agents": list(agents)}
-    if agent_groups == "one_group_per_agent":
-        return {agent: [agent] for agent in agents}
-    allowed = (f"allowed: null, {', '.join(map(repr, GROUPINGS))} or a mapping of group name to agent names "
-               f"({', '.join(agents)}), each agent in one group")
-    if isinstance(agent_groups, str) or not isinstance(agent_groups, dict):
-        raise ConfigError(f"task.agent_groups: unknown grouping {agent_groups!r}; {allowed}")
-    named = [a for members in agent_groups.values()
-             for a in (members if isinstance(members, (list, tuple)) else [None])]
-    if (sorted(map(str, named)) != sorted(agents) or any(not g or not isinstance(g, str) for g in agent_groups)
-            or any(not members for members in agent_groups.values())):
-        raise ConfigError(f"task.agent_groups: {agent_groups!r} does not put each agent in exactly one named group; "
-                          f"{allowed}")
-    return {g: list(members) for g, members in agent_groups.items()}
 
 
 class AgentTupleEnv(EnvBase):

@@ -41,8 +41,9 @@ from typing_extensions import override
 
 from lit_marl.envs.base import Task
 from lit_marl.envs.batching import batched_env
+from lit_marl.envs.grouping import check_grouping
 from lit_marl.envs.gymnasium import VECTORIZATION, GymnasiumTask
-from lit_marl.envs.pettingzoo import _GROUP_MAP_TYPES, PettingZooEntry, PettingZooTask, check_workers, wrap_pettingzoo
+from lit_marl.envs.pettingzoo import PettingZooEntry, PettingZooTask, check_workers, wrap_pettingzoo
 from lit_marl.errors import ConfigError, one_of, positive_int, did_you_mean
 
 KINDS = ("torchrl", "pettingzoo", "gymnasium")
@@ -104,9 +105,9 @@ def _make_gymnasium_one(path: str, max_steps: int, kwargs: dict[str, Any]) -> gy
     return gym.wrappers.TimeLimit(import_env_class(path)(**kwargs), max_episode_steps=max_steps)
 
 
-def _make_pettingzoo_one(path: str, turn_based: bool, kwargs: dict[str, Any], group_map: Any, return_state: bool,
+def _make_pettingzoo_one(path: str, turn_based: bool, kwargs: dict[str, Any], agent_groups: Any, return_state: bool,
                          device: str) -> EnvBase:
-    return wrap_pettingzoo(import_env_class(path)(**kwargs), turn_based, group_map, return_state, device)
+    return wrap_pettingzoo(import_env_class(path)(**kwargs), turn_based, agent_groups, return_state, device)
 
 
 class CustomTask(Task):
@@ -336,10 +337,7 @@ class _PettingZooClassTask(PettingZooTask):
         self._turn_based = issubclass(cls, AECEnv)
         self.task = cls.__name__
         self.task_kwargs = env_kwargs
-        if isinstance(agent_groups, str) and agent_groups not in _GROUP_MAP_TYPES:
-            raise ConfigError(f"task.agent_groups: unknown grouping {agent_groups!r}; allowed: null, "
-                              f"{', '.join(map(repr, _GROUP_MAP_TYPES))} or a mapping of group name to agent names")
-        self.agent_groups = agent_groups
+        self.agent_groups = check_grouping(agent_groups)
         self.return_state = return_state
         self.num_workers = check_workers(num_workers, self._turn_based)
         with self.probing():
@@ -381,7 +379,7 @@ class _PettingZooClassTask(PettingZooTask):
     @override
     def _one_episode(self, return_state: bool, device: torch.device | str) -> Callable[[], EnvBase]:
         return functools.partial(_make_pettingzoo_one, self._path, self.turn_based, self.env_kwargs(),
-                                 self._group_map_arg(), return_state, str(device))
+                                 self.agent_groups, return_state, str(device))
 
 
 class _GymnasiumClassTask(GymnasiumTask):

@@ -25,7 +25,8 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 from typing_extensions import override
 
-from lit_marl.envs.agent_tuple import group_agents, import_simulator
+from lit_marl.envs.agent_tuple import import_simulator
+from lit_marl.envs.grouping import group_agents
 from lit_marl.envs.base import Task
 from lit_marl.envs.batching import batched_env, episode_in_process
 from lit_marl.envs.pettingzoo import check_workers

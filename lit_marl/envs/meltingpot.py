@@ -7,7 +7,7 @@ Each episode is one substrate wrapped by torchrl's :class:`~torchrl.envs.libs.me
 What the networks read, per agent: ``(group, "observation")``, the player's own view ``[H, W, 3]`` as ``uint8``
 pixels (a :class:`~lit_marl.models.Cnn` reads it as an image; uint8 entries are scaled to ``[0, 1]`` by the models).
 The substrate's other per-player entries (``COLLECTIVE_REWARD``, ``READY_TO_SHOOT``, ``INVENTORY``…) move to
-``(group, "info", <name>)`` as float32, where callbacks read them (:class:`lit_marl.evaluation.CollectiveReward`
+``(group, "info", <name>)`` as float32, where callbacks read them (:class:`lit_marl.callbacks.CollectiveReward`
 logs ``COLLECTIVE_REWARD``); no network reads them. With ``return_state`` the whole map (``WORLD.RGB``) is the
 global state ``"state"`` ``[H, W, 3]`` in ``[0, 1]`` for centralised critics and mixers.
 
@@ -37,21 +37,17 @@ from torchrl.data import Bounded, Composite, Unbounded
 from torchrl.envs import EnvBase, SerialEnv, Transform, TransformedEnv
 from torchrl._utils import seed_generator
 from torchrl.envs.libs.meltingpot import MeltingpotEnv
-from torchrl.envs.utils import MarlGroupMapType
 from typing_extensions import override
 
 from lit_marl.envs.base import Task
 from lit_marl.envs.batching import batched_env, episode_in_process
+from lit_marl.envs.grouping import check_grouping, group_agents
 from lit_marl.envs.pettingzoo import check_workers
 from lit_marl.errors import ConfigError, positive_int, did_you_mean
 
 INSTALL = 'pip install -e ".[meltingpot]" && python scripts/install_meltingpot.py --offline'
 #: what substrates import (lit-marl's ``meltingpot`` extra)
 SUBSTRATE_REQUIREMENTS = ("dmlab2d", "dm_env", "tree", "chex", "immutabledict", "ml_collections", "reactivex")
-_GROUP_MAP_TYPES = {
-    "all_in_one_group": MarlGroupMapType.ALL_IN_ONE_GROUP,
-    "one_group_per_agent": MarlGroupMapType.ONE_GROUP_PER_AGENT,
-}
 #: the per-player image and the map's image in Melting Pot's observations
 RGB, WORLD_RGB = "RGB", "RGB"
 
@@ -193,9 +189,7 @@ class MeltingPotTask(Task):
         self._continuous_actions = False
         self.num_workers = check_workers(num_workers, turn_based=False)
         self.return_state = bool(return_state)
-        if isinstance(agent_groups, str) and agent_groups not in _GROUP_MAP_TYPES:
-            raise ConfigError(f"task.agent_groups: unknown grouping {agent_groups!r}; allowed: null, "
-                              f"{', '.join(map(repr, _GROUP_MAP_TYPES))} or a mapping of group name to player names")
+        check_grouping(agent_groups, "player")
         mp_substrate = import_meltingpot()  # a missing install is named before anything is built
         if substrate not in mp_substrate.SUBSTRATES:
             hint = did_you_mean(substrate, sorted(mp_substrate.SUBSTRATES))
@@ -210,12 +204,7 @@ class MeltingPotTask(Task):
                                   f"of {', '.join(map(repr, sorted(config.valid_roles)))}")
         self.roles = None if roles is None else [str(r) for r in roles]
         players = [f"player_{i}" for i in range(len(self.roles or config.default_player_roles))]
-        if isinstance(agent_groups, dict):
-            named = [a for agents in agent_groups.values() for a in agents]
-            if sorted(named) != sorted(players) or len(named) != len(set(named)):
-                raise ConfigError(f"task.agent_groups: {agent_groups!r} must name every player of {substrate} once; "
-                                  f"allowed: a mapping over {', '.join(players)}")
-            agent_groups = {str(g): [str(a) for a in agents] for g, agents in agent_groups.items()}
+        group_agents(agent_groups, players, "player")  # a mapping names every player once
         self.agent_groups = agent_groups
         self._players = players
 
@@ -229,17 +218,10 @@ class MeltingPotTask(Task):
     def state_key(self) -> str | None:  # type: ignore[override]
         return "state" if self.return_state else None
 
-    def _group_map_arg(self) -> Any:
-        if self.agent_groups is None:
-            return MarlGroupMapType.ALL_IN_ONE_GROUP
-        if isinstance(self.agent_groups, str):
-            return _GROUP_MAP_TYPES[self.agent_groups]
-        return {g: list(a) for g, a in self.agent_groups.items()}
-
     def _one_episode(self, device: torch.device | str):
         """A picklable factory of one episode's env (``seed=`` selects its substrate's seed)."""
         return functools.partial(_substrate_env, self.substrate, None if self.roles is None else tuple(self.roles),
-                                 self.max_steps, self._group_map_arg(), str(device))
+                                 self.max_steps, self._single_group_map, str(device))
 
     @override
     def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:
@@ -256,10 +238,7 @@ class MeltingPotTask(Task):
 
     @functools.cached_property
     def _single_group_map(self) -> dict[str, list[str]]:
-        group_map = self._group_map_arg()
-        if isinstance(group_map, MarlGroupMapType):
-            group_map = group_map.get_group_map(self._players)
-        return {g: list(a) for g, a in group_map.items()}
+        return group_agents(self.agent_groups, self._players, "player")
 
     @override
     def render(self, env: EnvBase, env_index: int = 0):

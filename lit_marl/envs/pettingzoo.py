@@ -26,17 +26,13 @@ from typing import Any
 import torch
 from torchrl.data import Composite, Unbounded
 from torchrl.envs import EnvBase, Transform, TransformedEnv
-from torchrl.envs.utils import MarlGroupMapType
 from typing_extensions import override
 
 from lit_marl.envs.base import Task
 from lit_marl.envs.batching import batched_env, episode_in_process
+from lit_marl.envs.grouping import check_grouping, group_agents
 from lit_marl.errors import ConfigError, positive_int, did_you_mean
 
-_GROUP_MAP_TYPES = {
-    "all_in_one_group": MarlGroupMapType.ALL_IN_ONE_GROUP,
-    "one_group_per_agent": MarlGroupMapType.ONE_GROUP_PER_AGENT,
-}
 
 
 @dataclass(frozen=True)
@@ -105,18 +101,21 @@ def _import_task_module(name: str, entry: PettingZooEntry):
         ) from None
 
 
-def _make_pettingzoo(module_name: str, turn_based: bool, kwargs: dict[str, Any], group_map: Any,
+def _make_pettingzoo(module_name: str, turn_based: bool, kwargs: dict[str, Any], agent_groups: Any,
                      return_state: bool, device: str) -> EnvBase:
     """One episode of a registered task (module level, so worker processes can pickle it through
     functools.partial)."""
     module = importlib.import_module(module_name)
     raw = module.env(**kwargs) if turn_based else module.parallel_env(**kwargs)
-    return wrap_pettingzoo(raw, turn_based, group_map, return_state, device)
+    return wrap_pettingzoo(raw, turn_based, agent_groups, return_state, device)
 
 
-def wrap_pettingzoo(raw: Any, turn_based: bool, group_map: Any, return_state: bool, device: str) -> EnvBase:
-    """A PettingZoo env (parallel or AEC) as a torchrl env with grouped nested keys."""
+def wrap_pettingzoo(raw: Any, turn_based: bool, agent_groups: Any, return_state: bool, device: str) -> EnvBase:
+    """A PettingZoo env (parallel or AEC) as a torchrl env with grouped nested keys. ``agent_groups`` ``None``:
+    torchrl's grouping by name prefix (``adversary_0`` in group ``adversary``); turn-based games: one group."""
     from torchrl.envs import PettingZooWrapper
+
+    group_map = None if agent_groups is None and not turn_based else group_agents(agent_groups, raw.possible_agents)
 
     with warnings.catch_warnings():  # torchrl warns about every PettingZoo version but 1.24.3
         warnings.simplefilter("ignore", UserWarning)
@@ -207,11 +206,7 @@ class PettingZooTask(Task):
                 raise ConfigError(
                     f"task.continuous_actions: {name} has only {entry.actions} actions, got {continuous_actions}; "
                     f"allowed: null or {str(self._continuous_actions).lower()}")
-        if isinstance(agent_groups, str) and agent_groups not in _GROUP_MAP_TYPES:
-            raise ConfigError(
-                f"task.agent_groups: unknown grouping {agent_groups!r}; allowed: null, "
-                f"{', '.join(map(repr, _GROUP_MAP_TYPES))} or a mapping of group name to agent names")
-        self.agent_groups = agent_groups
+        self.agent_groups = check_grouping(agent_groups)
         self.return_state = return_state
         self.num_workers = check_workers(num_workers, self.turn_based)
 
@@ -243,17 +238,10 @@ class PettingZooTask(Task):
             raise ConfigError(f"task.return_state: {self.task} has no global state; allowed: null or false")
         return "state" if use else None
 
-    def _group_map_arg(self) -> Any:
-        if self.agent_groups is None:
-            return MarlGroupMapType.ALL_IN_ONE_GROUP if self.turn_based else None
-        if isinstance(self.agent_groups, str):
-            return _GROUP_MAP_TYPES[self.agent_groups]
-        return {g: list(a) for g, a in self.agent_groups.items()}
-
     def _one_episode(self, return_state: bool, device: torch.device | str) -> Callable[[], EnvBase]:
         """A picklable factory of one episode's torchrl env."""
         return functools.partial(_make_pettingzoo, self._entry.module, self.turn_based, self.env_kwargs(),
-                                 self._group_map_arg(), return_state, str(device))
+                                 self.agent_groups, return_state, str(device))
 
     @override
     def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str) -> EnvBase:

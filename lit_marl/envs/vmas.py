@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any
 
 import torch
 import vmas
 from torchrl.envs import EnvBase, VmasEnv
-from torchrl.envs.utils import MarlGroupMapType
 from typing_extensions import override
 
 from lit_marl.envs.base import Task
+from lit_marl.envs.grouping import check_grouping, group_agents
 from lit_marl.utils import pack_numpy_rng, unpack_numpy_rng
 from lit_marl.errors import ConfigError, check_types, did_you_mean, positive_int
 
-_GROUP_MAP_TYPES = {
-    "all_in_one_group": MarlGroupMapType.ALL_IN_ONE_GROUP,
-    "one_group_per_agent": MarlGroupMapType.ONE_GROUP_PER_AGENT,
-}
 
 def _vmas_random_state() -> list:
     return vmas.simulator.environment.environment.Environment.vmas_random_state
@@ -74,12 +71,7 @@ class VmasTask(Task):
             raise ConfigError(f"task.scenario: unknown VMAS scenario {scenario!r}; "
                               f"{did_you_mean(scenario, VMAS_SCENARIOS)}allowed: {', '.join(VMAS_SCENARIOS)}")
         positive_int("task.max_steps", max_steps)
-        if isinstance(agent_groups, str) and agent_groups not in _GROUP_MAP_TYPES:
-            raise ConfigError(
-                f"task.agent_groups: unknown grouping {agent_groups!r}; allowed: null, {', '.join(map(repr, _GROUP_MAP_TYPES))} "
-                f"or a mapping of group name to agent names"
-            )
-        self.agent_groups = agent_groups
+        self.agent_groups = check_grouping(agent_groups)
         self.scenario = scenario
         self._max_steps = max_steps
         self._continuous_actions = bool(continuous_actions)
@@ -93,6 +85,18 @@ class VmasTask(Task):
     @override
     def _make_env(self, num_envs: int, seed: int | None, device: torch.device | str,
                   grad_enabled: bool = False) -> EnvBase:
+        # None: torchrl's grouping by name prefix (BenchMARL's); otherwise checked against the scenario's agents
+        group_map = None if self.agent_groups is None else group_agents(self.agent_groups, self._agent_names)
+        return self._vmas_env(num_envs, seed, device, grad_enabled, group_map)
+
+    @functools.cached_property
+    def _agent_names(self) -> list[str]:
+        """The scenario's agents, from one env on the CPU (built only for a grouping other than the default)."""
+        env = self._vmas_env(1, None, "cpu", False, None)  # unseeded: VMAS seeds torch's global generator
+        return list(env.agent_names)
+
+    def _vmas_env(self, num_envs: int, seed: int | None, device: torch.device | str, grad_enabled: bool,
+                  group_map: dict[str, list[str]] | None) -> EnvBase:
         with warnings.catch_warnings():
             # a misspelt argument would otherwise train the scenario's default without a word
             warnings.filterwarnings("error", message=_UNUSED_KWARGS, category=UserWarning)
@@ -107,8 +111,7 @@ class VmasTask(Task):
                     categorical_actions=True,
                     grad_enabled=grad_enabled,
                     scenario_kwargs=dict(self.scenario_kwargs),
-                    group_map=_GROUP_MAP_TYPES.get(self.agent_groups, self.agent_groups)
-                    if isinstance(self.agent_groups, str) else self.agent_groups,
+                    group_map=group_map,
                 )
             except UserWarning as warning:
                 if not str(warning).startswith(_UNUSED_KWARGS):
