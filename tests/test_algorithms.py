@@ -223,9 +223,36 @@ def test_bad_argument_names_field_and_value(overrides, field, monkeypatch):
     assert str(next(iter(overrides.values()))) in str(err.value)
 
 
-def test_sampling_device_steps_the_envs_where_asked():
-    model = MAPPO(tiny_task(), **tiny_kwargs(sampling_device="cpu"))
-    assert model.env_device == torch.device("cpu") and model.make_env(2).device == torch.device("cpu")
-    if not torch.cuda.is_available():
-        with pytest.raises(ConfigError, match=r"sampling_device: 'cuda:0' but this machine has 0 CUDA device\(s\)"):
-            MAPPO(tiny_task(), **tiny_kwargs(sampling_device="cuda:0"))
+class _EnvRequested(Exception):
+    """Raised by the recording task below instead of building an env on a device this machine lacks."""
+
+
+@pytest.mark.parametrize("sampling_device, expected", [(None, "cpu"), ("cpu", "cpu"), ("cuda:0", "cuda:0")])
+def test_sampling_device_is_where_collection_and_evaluation_ask_for_their_envs(monkeypatch, sampling_device, expected):
+    """The device every env is requested on (Task.make_env's ``device``) is ``sampling_device``, else the module's:
+    for training collection, for evaluation and for ``make_env``. ``cuda:0`` is made to pass the device check on a
+    machine without CUDA; the recording task stops at the request, so nothing is built there."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    task = tiny_task()
+    model = MAPPO(task, **tiny_kwargs(sampling_device=sampling_device))
+    requested = []
+
+    def make_env(num_envs, seed=None, device="cpu", **kwargs):
+        requested.append(torch.device(device))
+        raise _EnvRequested
+
+    monkeypatch.setattr(task, "make_env", make_env)
+    for ask in (lambda: model.make_env(2), model._get_sampler, lambda: model.evaluate(seed=0, num_envs=2)):
+        with pytest.raises(_EnvRequested):
+            ask()
+    assert requested == [torch.device(expected)] * 3
+
+
+def test_a_cuda_sampling_device_is_refused_by_name_without_cuda():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ConfigError, match=r"sampling_device: 'cuda:0' but this machine has 0 CUDA device\(s\)"):
+        MAPPO(tiny_task(), **tiny_kwargs(sampling_device="cuda:0"))
+
+
