@@ -1,60 +1,16 @@
-"""Shared fixtures: tiny tasks and budgets that keep every test to seconds on two CPU cores."""
+"""Shared fixtures; the helpers tests import (tiny tasks, budgets, trainers) are in ``tests/helpers/``."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-import lightning.pytorch as pl
 import pytest
 
-from lit_marl.envs import VmasTask
-from lit_marl.models import Mlp
-
-ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "configs"
+from tests.helpers.tiny import ROOT
 
 os.environ.setdefault("PYTHONHASHSEED", "0")
 # Subprocesses (``lit-marl …``) import lit_marl from this checkout too, not from wherever it was pip-installed from.
 os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-
-
-def tiny_task(scenario: str = "simple_spread", max_steps: int = 10, **kwargs) -> VmasTask:
-    """A VMAS task whose episodes end only at ``max_steps`` (no episode in flight at batch ends)."""
-    return VmasTask(scenario, max_steps=max_steps, **kwargs)
-
-
-def tiny_kwargs(**overrides) -> dict:
-    """Algorithm arguments for a run of a few seconds: 4 envs × 10 steps per iteration."""
-    kwargs = dict(
-        actor_model=Mlp(num_cells=[32, 32]),
-        critic_model=Mlp(num_cells=[32, 32]),
-        frames_per_batch=40,
-        num_envs=4,
-        n_minibatch_iters=2,
-        minibatch_size=20,
-        max_frames=10_000,
-        evaluation_episodes=4,
-        lr=1e-3,
-    )
-    kwargs.update(overrides)
-    return kwargs
-
-
-def tiny_trainer(tmp_path: Path, **overrides) -> pl.Trainer:
-    kwargs = dict(
-        default_root_dir=tmp_path,
-        max_epochs=2,
-        gradient_clip_val=5.0,
-        logger=pl.loggers.CSVLogger(tmp_path, name="run"),
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        check_val_every_n_epoch=1,
-        log_every_n_steps=1,
-    )
-    kwargs.update(overrides)
-    return pl.Trainer(**kwargs)
 
 
 @pytest.fixture(autouse=True)

@@ -69,6 +69,16 @@ def test_evaluation_holds_offline_results_and_no_callback():
     assert not {k: v for k, v in at_load.items() if v}, "evaluation/ imports callbacks/ or algorithms/ at load"
 
 
+def test_tests_mirror_the_package():
+    """``tests/<room>/`` tests ``lit_marl/<room>/``; beside them only the shared helpers, fixtures and the reliability
+    checks (which cut across rooms); tests of top-level modules (cli.py, checkpoint.py…) sit in ``tests/``."""
+    tests = Path(__file__).parent
+    rooms = {p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    assert rooms - packages == {"reliability"}, f"test folders that are not lit_marl packages: {rooms - packages}"
+    assert not any((tests / name).is_dir() and not (tests / name / "__init__.py").is_file() for name in rooms)
+
+
 def test_the_registry_imports_no_algorithm_module():
     """Algorithms register themselves as they are defined, so the registry needs none of their modules (the
     ``base.py`` ↔ ``registry.py`` import circle is gone); it only imports the package, to load every family."""

@@ -17,7 +17,7 @@ import yaml
 
 from lit_marl.cli import main
 from lit_marl.benchmark import Benchmark
-from tests.conftest import CONFIGS, ROOT
+from tests.helpers.tiny import CONFIGS, ROOT
 from tests.test_cli import _tiny_balance
 
 GRIDS = sorted((CONFIGS / "benchmarks").glob("*.yaml"))

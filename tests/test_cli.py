@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from lit_marl.cli import main
-from tests.conftest import CONFIGS
+from tests.helpers.tiny import CONFIGS
 
 #: keeps any config to a one-iteration run of a few seconds
 SHORT = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",

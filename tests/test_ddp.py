@@ -22,7 +22,7 @@ from lit_marl.algorithms import MAPPO
 from lit_marl.checkpoint import read_checkpoint
 from lit_marl.distributed import check_strategy, shares
 from lit_marl.errors import ConfigError
-from tests.conftest import ROOT, tiny_kwargs, tiny_task
+from tests.helpers.tiny import ROOT, tiny_kwargs, tiny_task
 
 def _config(path: Path, algorithm: str, probe: Path, max_frames: int) -> Path:
     init_args = {
@@ -43,7 +43,7 @@ def _config(path: Path, algorithm: str, probe: Path, max_frames: int) -> Path:
                     "strategy": "ddp", "devices": 2, "accelerator": "cpu",
                     "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger",
                                "init_args": {"save_dir": "runs", "name": "ddp"}},
-                    "callbacks": [{"class_path": "tests.ddp_probe.RankProbe", "init_args": {"folder": str(probe)}}]},
+                    "callbacks": [{"class_path": "tests.helpers.ddp_probe.RankProbe", "init_args": {"folder": str(probe)}}]},
         "checkpoint": {"every_n_epochs": 1},
         "model": {"class_path": f"lit_marl.algorithms.{algorithm}", "init_args": init_args},
     }

@@ -6,7 +6,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests.conftest import ROOT
+from tests.helpers.tiny import ROOT
 
 
 def _text(cell) -> str:

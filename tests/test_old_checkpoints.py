@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from lit_marl.checkpoint import migrate_state_dict
-from tests.conftest import ROOT
+from tests.helpers.tiny import ROOT
 from tests.fixtures.make_checkpoints import NAMES, build, fit
 
 #: the last commit before the learner split

@@ -7,7 +7,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lit_marl.algorithms import MAPPO
-from tests.conftest import tiny_kwargs, tiny_task, tiny_trainer
+from tests.helpers.tiny import tiny_kwargs, tiny_task, tiny_trainer
 
 
 def _fit(tmp_path, name, max_epochs, ckpt_path=None):

@@ -129,7 +129,7 @@ class CustomTask(Task):
             episodes (see :class:`~lit_marl.envs.PettingZooTask`); the class must then be importable in them.
 
     Examples:
-        >>> task = CustomTask("tests.custom_envs.MatchParallelEnv", max_steps=10)
+        >>> task = CustomTask("tests.helpers.custom_envs.MatchParallelEnv", max_steps=10)
         >>> task.group_map
         {'player': ['player_0', 'player_1']}
 

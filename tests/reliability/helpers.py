@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from lit_marl.cli import main
-from tests.conftest import CONFIGS
+from tests.helpers.tiny import CONFIGS
 
 #: one-iteration-fast CLI flags (no progress bar, one PPO epoch, evaluation every iteration)
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]

@@ -19,7 +19,7 @@ import pytest
 from lit_marl import algorithms, models
 from lit_marl.envs import VmasTask
 from lit_marl.errors import ConfigError
-from tests.conftest import CONFIGS, tiny_task
+from tests.helpers.tiny import CONFIGS, tiny_task
 from tests.reliability.helpers import expect_exit
 
 ALGORITHMS = [algorithms.MAPPO, algorithms.IPPO, algorithms.MADDPG, algorithms.IDDPG, algorithms.MASAC,

@@ -16,7 +16,7 @@ from lit_marl.checkpoint import AtomicCheckpointIO, read_checkpoint
 from lit_marl.cli import main
 from lit_marl.errors import CheckpointError
 from lit_marl.models import Mlp
-from tests.conftest import tiny_kwargs, tiny_task, tiny_trainer
+from tests.helpers.tiny import tiny_kwargs, tiny_task, tiny_trainer
 from tests.reliability.helpers import QUIET, expect_exit, run_dirs, tiny_config
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from lit_marl.algorithms import MAPPO
 from lit_marl.errors import ConfigError
-from tests.conftest import CONFIGS, tiny_kwargs, tiny_task
+from tests.helpers.tiny import CONFIGS, tiny_kwargs, tiny_task
 from tests.reliability.helpers import QUIET, expect_exit, tiny_config
 
 QUICKSTART = str(CONFIGS / "quickstart.yaml")

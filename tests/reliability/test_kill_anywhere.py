@@ -22,7 +22,7 @@ import torch
 import yaml
 
 from lit_marl.checkpoint import read_checkpoint
-from tests.conftest import ROOT
+from tests.helpers.tiny import ROOT
 from tests.reliability.helpers import QUIET, rows, tiny_config
 
 KILLS = int(os.environ.get("LIT_MARL_KILLS", "6"))

@@ -11,7 +11,7 @@ import torch
 
 from lit_marl.algorithms import MAPPO
 from lit_marl.errors import ConfigError
-from tests.conftest import tiny_kwargs, tiny_task, tiny_trainer
+from tests.helpers.tiny import tiny_kwargs, tiny_task, tiny_trainer
 from tests.reliability.helpers import QUIET, expect_exit, tiny_config
 
 

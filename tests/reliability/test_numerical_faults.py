@@ -15,7 +15,7 @@ import yaml
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from lit_marl.errors import ConfigError, NumericalError
-from tests.conftest import tiny_kwargs, tiny_task, tiny_trainer
+from tests.helpers.tiny import tiny_kwargs, tiny_task, tiny_trainer
 from tests.reliability.faulty import FaultyMAPPO
 from tests.reliability.helpers import QUIET, expect_exit, rows, run_dirs, tiny_config
 

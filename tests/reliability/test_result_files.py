@@ -21,7 +21,7 @@ import torch
 
 from lit_marl.cli import main
 from tests.reliability.helpers import tiny_config
-from tests.test_report import _run_folder, _synthetic_benchmark
+from tests.evaluation.test_report import _run_folder, _synthetic_benchmark
 
 
 def _checkpoint_bytes() -> bytes:

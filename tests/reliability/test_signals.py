@@ -19,7 +19,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from lit_marl.algorithms import MAPPO
 from lit_marl.callbacks import MarlCallback
-from tests.conftest import ROOT, tiny_kwargs, tiny_task, tiny_trainer
+from tests.helpers.tiny import ROOT, tiny_kwargs, tiny_task, tiny_trainer
 from tests.reliability.helpers import QUIET, rows, run_dirs, tiny_config
 
 

@@ -23,8 +23,8 @@ from lit_marl import envs
 from lit_marl.algorithms import MAPPO
 from lit_marl.envs import Task
 from lit_marl.errors import ConfigError
-from tests.conftest import CONFIGS, ROOT
-from tests.custom_envs import PointsGymEnv
+from tests.helpers.tiny import CONFIGS, ROOT
+from tests.helpers.custom_envs import PointsGymEnv
 from tests.reliability.helpers import expect_exit
 
 #: a registered Gymnasium env with a count argument (the built-in ones have none)
@@ -36,7 +36,7 @@ def _task(cls: str, **init_args: Any) -> dict[str, Any]:
 
 
 def _custom(env: str, env_kwargs: dict[str, Any]) -> dict[str, Any]:
-    return _task("CustomTask", env_class=f"tests.custom_envs.{env}", max_steps=10, env_kwargs=env_kwargs)
+    return _task("CustomTask", env_class=f"tests.helpers.custom_envs.{env}", max_steps=10, env_kwargs=env_kwargs)
 
 
 #: (task config, the field the message must name, the arguments as shown, the simulator's words)

@@ -1,0 +1,101 @@
+"""lit-marl computes what BenchMARL 1.5.2 computes (issue 21): the differential harness of benchmarks/vs_benchmarl/.
+
+The ``benchmarl`` tests run BenchMARL itself in a venv of its own (``setup.sh`` makes it on first use: torchrl 0.11
+cannot share lit-marl's environment) and compare, for every algorithm on vmas/balance at BenchMARL's defaults, the
+networks, process_batch, loss terms and outputs, clipped gradients, weights after the step and target update,
+exploration and the environment itself (``compare.py``'s docstring). ``pytest -m benchmarl``; CI runs them. The
+others check the harness's own logic and run in the default suite."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from lit_marl import algorithms
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _harness():
+    spec = importlib.util.spec_from_file_location("vs_benchmarl_compare",
+                                                  ROOT / "benchmarks" / "vs_benchmarl" / "compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+harness = _harness()
+
+
+def test_the_harness_covers_every_algorithm_and_both_action_kinds_of_sac():
+    names = {cls.algorithm_name for cls in (algorithms.MAPPO, algorithms.IPPO, algorithms.MADDPG, algorithms.IDDPG,
+                                            algorithms.MASAC, algorithms.ISAC, algorithms.QMIX, algorithms.VDN,
+                                            algorithms.IQL)}
+    assert names <= set(harness.LIT_MARL)
+    assert {"masac_discrete", "isac_discrete"} <= set(harness.LIT_MARL)
+    for config, _ in harness.LIT_MARL.values():
+        assert (ROOT / "configs" / config).is_file(), config
+
+
+def test_a_check_fails_beyond_float_tolerance_and_names_shape_changes():
+    checks = harness.Checks()
+    checks.close("same", torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0 + 1e-7]))
+    checks.close("off", torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.001]))
+    checks.close("shape", torch.zeros(3), torch.zeros(4))
+    checks.equal("names", ["a"], ["b"])
+    checks.note("diagnostic", "not trained on")
+    assert [r["check"] for r in checks.failed] == ["off", "shape", "names"]
+    assert checks.failed[0]["max_abs_diff"] == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_unflatten_keeps_the_agent_dimension_of_the_group():
+    """Exploration draws per agent from the group's batch shape: a group entry without the agent dimension drew
+    one decision per environment."""
+    flat = {"agents/observation": torch.zeros(5, 4, 16), "agents/action": torch.zeros(5, 4, dtype=torch.long),
+            "next/agents/observation": torch.zeros(5, 4, 16), "done": torch.zeros(5, 1, dtype=torch.bool)}
+    td = harness.unflatten(flat, batch_dims=1)
+    assert td.batch_size == (5,) and td.get("agents").batch_size == (5, 4)
+    assert td.get(("next", "agents")).batch_size == (5, 4)
+
+
+@pytest.mark.benchmarl
+@pytest.mark.parametrize("algorithm", sorted(harness.LIT_MARL))
+def test_lit_marl_computes_what_benchmarl_computes(algorithm):
+    checks = harness.compare(algorithm, 120_000)
+    assert len(checks.rows) > 20
+    assert not checks.failed, checks.failed
+
+
+@pytest.mark.benchmarl
+def test_the_harness_finds_the_qmix_clipping_that_differed(monkeypatch):
+    """Before lit-marl clipped QMIX's Q-network and mixer by their joint norm, each part was clipped alone: the
+    harness must see that in the gradients and the weights."""
+    from lit_marl.algorithms.learner import GroupLearner
+    from lit_marl.algorithms.q_learning import QLearning
+
+    monkeypatch.setattr(QLearning, "clip_group", GroupLearner.clip_group)
+    failed = {row["check"] for row in harness.compare("qmix", 120_000).failed}
+    assert any(name.startswith("grad local_value_network_params") for name in failed), failed
+    assert any(name.startswith("weights after: mixer_network_params") for name in failed), failed
+    assert not any(name.startswith(("loss term", "process_batch", "networks")) for name in failed), failed
+
+
+@pytest.mark.benchmarl
+def test_the_harness_finds_an_environment_that_differs(monkeypatch):
+    """A task configured otherwise than BenchMARL's (a lighter package here) steps other physics: the harness's
+    environment rollout must see it, and nothing that is not the environment must."""
+    from lit_marl.envs.vmas import VmasTask
+
+    make_env = VmasTask._make_env
+
+    def lighter_package(self, *args, **kwargs):
+        self.scenario_kwargs = {**self.scenario_kwargs, "package_mass": 4}
+        return make_env(self, *args, **kwargs)
+
+    monkeypatch.setattr(VmasTask, "_make_env", lighter_package)
+    failed = {row["check"] for row in harness.compare("iql", 120_000).failed}
+    assert any(name.startswith("env: next/agents/observation") for name in failed), failed
+    assert all(name.startswith("env: ") for name in failed), failed

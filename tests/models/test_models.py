@@ -1,0 +1,278 @@
+"""Model configs (Mlp, Cnn, DeepSets, Gnn, Sequence): shapes, gradient flow, invariance/equivariance
+properties, training inside the algorithms, and bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torch import nn
+from torchrl.data import Unbounded
+from torchrl.envs import Transform, TransformedEnv
+
+from lit_marl.algorithms import IQL, MADDPG, MAPPO
+from lit_marl.envs import VmasTask
+from lit_marl.errors import ConfigError
+from lit_marl.models import Cnn, DeepSets, Gnn, Mlp, ModelInputs, Sequence
+from tests.helpers.tiny import ddpg_kwargs, tiny_kwargs, tiny_task, tiny_trainer
+
+
+def test_multi_agent_mlp_shapes_and_sharing():
+    config = Mlp(num_cells=[16, 16], activation_class="ReLU")
+    shared = config.build_multi_agent(5, 3, n_agents=4, centralised=False, share_params=True)
+    separate = config.build_multi_agent(5, 3, n_agents=4, centralised=False, share_params=False)
+    assert shared(torch.randn(7, 4, 5)).shape == (7, 4, 3)
+    assert sum(p.numel() for p in separate.parameters()) == 4 * sum(p.numel() for p in shared.parameters())
+    assert any(isinstance(m, nn.ReLU) for m in shared.modules())
+
+
+def test_layer_norm_and_single_network():
+    net = Mlp(num_cells=[8, 4], layer_norm=True).build_single(3, 2)
+    norms = [m for m in net.modules() if isinstance(m, nn.LayerNorm)]
+    assert [n.normalized_shape for n in norms] == [(8,), (4,)]
+    assert net(torch.randn(6, 3)).shape == (6, 2)
+
+
+def test_bad_model_config_names_field():
+    with pytest.raises(ConfigError, match="activation_class: 'Tanhh'"):
+        Mlp(activation_class="Tanhh")
+    with pytest.raises(ConfigError, match=r"num_cells: .*\[64, 0\]"):
+        Mlp(num_cells=[64, 0])
+
+
+# ---------------------------------------------------------------------------------------------- model zoo
+def _inputs(*shapes, n_agents=3, keys=None, spec=None, field="actor_model"):
+    keys = keys or [("agents", f"in{i}") for i in range(len(shapes))]
+    return ModelInputs(group="agents", n_agents=n_agents, keys=keys, shapes=[torch.Size(s) for s in shapes],
+                       spec=spec, field=field)
+
+
+def _run(module, **entries):
+    td = TensorDict({("agents", k): v for k, v in entries.items()}, batch_size=next(iter(entries.values())).shape[:1])
+    return module(td)
+
+
+def _grads_reach_every_parameter(module, out):
+    out.square().sum().backward()
+    params = [p for p in module.parameters() if p.requires_grad]
+    assert params and all(p.grad is not None and p.grad.abs().sum() > 0 for p in params)
+
+
+@pytest.mark.parametrize("centralised", [False, True])
+def test_cnn_reads_images_and_flat_entries(centralised):
+    torch.manual_seed(0)
+    model = Cnn(cnn_num_cells=[4, 4], cnn_kernel_sizes=[3, 2], mlp_num_cells=[8])
+    module = model.build_module(_inputs((7, 6, 2), (2,)), [("agents", "out")], 5, centralised=centralised,
+                                share_params=False)
+    td = _run(module, in0=torch.rand(4, 3, 7, 6, 2), in1=torch.rand(4, 3, 2))
+    assert td["agents", "out"].shape == (4, 3, 5)
+    _grads_reach_every_parameter(module, td["agents", "out"])
+
+
+def test_cnn_refuses_vector_observations_and_layers_too_big_for_the_image():
+    with pytest.raises(ConfigError, match=r"critic_model: Cnn needs an image entry.*\[18\]"):
+        Cnn().build_module(_inputs((18,), field="critic_model"), [("agents", "out")], 1, False, True)
+    with pytest.raises(ConfigError, match="do not fit an image of 3x3"):
+        Cnn(cnn_num_cells=[4, 4], cnn_kernel_sizes=3).build_module(_inputs((3, 3, 1)), [("agents", "o")], 1, False, True)
+    with pytest.raises(ConfigError, match="cnn_strides"):
+        Cnn(cnn_num_cells=[4, 4], cnn_strides=[1])
+
+
+def test_centralised_deepsets_ignores_the_order_of_agents():
+    torch.manual_seed(0)
+    module = DeepSets(local_nn_num_cells=[16], local_nn_out_features=8, global_nn_num_cells=[16]).build_module(
+        _inputs((5,), n_agents=4), [("agents", "out")], 2, centralised=True, share_params=True)
+    x = torch.randn(6, 4, 5)
+    out = _run(module, in0=x)["agents", "out"]
+    permuted = _run(module, in0=x[:, torch.tensor([2, 0, 3, 1])])["agents", "out"]
+    torch.testing.assert_close(out, permuted)
+    torch.testing.assert_close(out[:, 0], out[:, 3])  # shared rho: one value for all agents
+    assert not torch.allclose(out, _run(module, in0=x + 0.5)["agents", "out"])  # still reads its input
+    _grads_reach_every_parameter(module, out)
+
+
+def test_decentralised_deepsets_pools_each_agents_own_set():
+    torch.manual_seed(0)
+    module = DeepSets(local_nn_num_cells=[16], local_nn_out_features=8, global_nn_num_cells=[16],
+                      aggregation="mean").build_module(_inputs((6, 4), (2,), n_agents=3), [("agents", "out")], 2,
+                                                      centralised=False, share_params=False)
+    sets, action = torch.randn(5, 3, 6, 4), torch.randn(5, 3, 2)
+    out = _run(module, in0=sets, in1=action)["agents", "out"]
+    shuffled = _run(module, in0=sets[:, :, torch.randperm(6)], in1=action)["agents", "out"]
+    torch.testing.assert_close(out, shuffled)  # order of elements inside a set does not matter
+    other = sets.clone()
+    other[:, 1] += 1.0  # only agent 1's set changes
+    changed = _run(module, in0=other, in1=action)["agents", "out"]
+    torch.testing.assert_close(changed[:, [0, 2]], out[:, [0, 2]])
+    assert not torch.allclose(changed[:, 1], out[:, 1])
+    with pytest.raises(ConfigError, match=r"actor_model: a decentralised DeepSets needs per-agent sets.*\[18\]"):
+        DeepSets().build_module(_inputs((18,)), [("agents", "o")], 1, centralised=False, share_params=True)
+    with pytest.raises(ConfigError, match="aggregation: 'median'"):
+        DeepSets(aggregation="median")
+
+
+def _position_spec(n_agents=4, obs=5):
+    from torchrl.data import Composite, Unbounded
+    return Composite({"agents": Composite({"observation": Unbounded((n_agents, obs)), "pos": Unbounded((n_agents, 2))},
+                                          shape=(n_agents,))})
+
+
+@pytest.mark.parametrize("gnn", [
+    Gnn(topology="full"),
+    Gnn(topology="from_pos", edge_radius=1.0, position_key="pos", gnn_class="GATv2Conv",
+        gnn_kwargs={"heads": 2, "concat": False}),
+])
+def test_gnn_is_equivariant_to_permuting_the_agents(gnn):
+    torch.manual_seed(0)
+    keys = [("agents", "observation")]
+    module = gnn.build_module(_inputs((5,), n_agents=4, keys=keys, spec=_position_spec()), [("agents", "out")], 3,
+                              centralised=False, share_params=True)
+    obs, pos = torch.randn(8, 4, 5), torch.rand(8, 4, 2)
+    out = _run(module, observation=obs, pos=pos)["agents", "out"]
+    order = torch.tensor([3, 1, 0, 2])
+    permuted = _run(module, observation=obs[:, order], pos=pos[:, order])["agents", "out"]
+    torch.testing.assert_close(permuted, out[:, order])
+    _grads_reach_every_parameter(module, out)
+
+
+def test_gnn_from_pos_connects_only_agents_within_the_radius():
+    torch.manual_seed(0)
+    module = Gnn(topology="from_pos", edge_radius=0.5, position_key="observation", position_slice=[0, 2]).build_module(
+        _inputs((5,), n_agents=3, keys=[("agents", "observation")], spec=_position_spec(3)), [("agents", "out")], 2,
+        centralised=False, share_params=True)
+    obs = torch.randn(1, 3, 5)
+    obs[0, :, :2] = torch.tensor([[0.0, 0.0], [0.3, 0.0], [5.0, 5.0]])  # agents 0 and 1 close, 2 far away
+    out = _run(module, observation=obs)["agents", "out"]
+    far = obs.clone()
+    far[0, 2, 2:] += 1.0  # agent 2's features change: only agent 2's output may move
+    moved = _run(module, observation=far)["agents", "out"]
+    torch.testing.assert_close(moved[0, :2], out[0, :2])
+    near = obs.clone()
+    near[0, 1, 2:] += 1.0  # agent 1 changes: its neighbour 0 sees it
+    assert not torch.allclose(_run(module, observation=near)["agents", "out"][0, 0], out[0, 0])
+
+
+def test_gnn_bad_input_names_the_field():
+    with pytest.raises(ConfigError, match="edge_radius"):
+        Gnn(topology="from_pos", position_key="pos")
+    with pytest.raises(ConfigError, match="position_key: 'pos' is not an entry of group 'agents'; allowed: observation"):
+        spec = _position_spec()
+        del spec["agents", "pos"]
+        Gnn(topology="from_pos", edge_radius=1.0, position_key="pos").build_module(
+            _inputs((5,), n_agents=4, keys=[("agents", "observation")], spec=spec), [("agents", "o")], 1, False, True)
+    with pytest.raises(ConfigError, match="share_params"):
+        Gnn().build_module(_inputs((5,)), [("agents", "o")], 1, centralised=False, share_params=False)
+    with pytest.raises(ConfigError, match="critic_model: a centralised network must see every agent"):
+        Gnn(topology="empty").build_module(_inputs((5,), field="critic_model"), [("agents", "o")], 1, True, True)
+    with pytest.raises(ConfigError, match="gnn_class: 'NoSuchConv'"):
+        Gnn(gnn_class="NoSuchConv").build_module(_inputs((5,)), [("agents", "o")], 1, False, True)
+
+
+def test_sequence_chains_models_through_intermediate_entries():
+    torch.manual_seed(0)
+    model = Sequence(layers=[Gnn(topology="full"), Mlp(num_cells=[8])], intermediate_sizes=[6])
+    module = model.build_module(_inputs((5,), n_agents=3, keys=[("agents", "observation")], spec=_position_spec(3)),
+                                [("agents", "state_value")], 1, centralised=True, share_params=True)
+    td = _run(module, observation=torch.randn(4, 3, 5))
+    assert td["agents", "state_value_0"].shape == (4, 3, 6) and td["agents", "state_value"].shape == (4, 3, 1)
+    _grads_reach_every_parameter(module, td["agents", "state_value"])
+    config = model.to_config()
+    assert [layer["class_path"] for layer in config["init_args"]["layers"]] == ["lit_marl.models.gnn.Gnn",
+                                                                                  "lit_marl.models.mlp.Mlp"]
+    with pytest.raises(ConfigError, match="intermediate_sizes: needs 1 positive integers"):
+        Sequence(layers=[Mlp(), Mlp()], intermediate_sizes=[4, 4])
+
+
+# ------------------------------------------------------------------------------------- inside algorithms
+class _ImageObservation(Transform):
+    """Shows VMAS's flat observation [14] as a [2, 7, 1] image, to run Cnn through training."""
+
+    def __init__(self, group: str = "agents") -> None:
+        super().__init__(in_keys=[(group, "observation")], out_keys=[(group, "observation")])
+
+    def _apply_transform(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs.unflatten(-1, (2, 7)).unsqueeze(-1)
+
+    def _reset(self, tensordict, tensordict_reset):
+        return self._call(tensordict_reset)
+
+    def transform_observation_spec(self, observation_spec):
+        spec = observation_spec[self.in_keys[0]]
+        observation_spec[self.in_keys[0]] = Unbounded((*spec.shape[:-1], 2, 7, 1), device=spec.device)
+        return observation_spec
+
+
+class ImageSpreadTask(VmasTask):
+    def _make_env(self, num_envs, seed, device):
+        return TransformedEnv(super()._make_env(num_envs, seed, device), _ImageObservation())
+
+
+def _fit_briefly(tmp_path, model):
+    trainer = tiny_trainer(tmp_path, max_epochs=1)
+    trainer.fit(model)
+    assert model.frames == 40 and trainer.callback_metrics["val/return"].isfinite()
+
+
+def test_mappo_trains_with_gnn_then_mlp_actor_and_deepsets_critic(tmp_path):
+    actor = Sequence(layers=[Gnn(topology="from_pos", edge_radius=1.0, position_key="observation",
+                                 position_slice=[0, 2], velocity_key="observation", velocity_slice=[2, 4],
+                                 gnn_class="GATv2Conv"), Mlp(num_cells=[16])], intermediate_sizes=[8])
+    critic = DeepSets(local_nn_num_cells=[16], local_nn_out_features=8, global_nn_num_cells=[16])
+    model = MAPPO(tiny_task(), **tiny_kwargs(actor_model=actor, critic_model=critic))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    _fit_briefly(tmp_path, model)
+    changed = {k for k, v in model.state_dict().items() if k in before and not torch.equal(v, before[k])}
+    assert any("conv" in k for k in changed) and any(".rho." in k for k in changed)
+
+
+def test_maddpg_trains_with_a_gnn_q_function_and_mappo_with_a_cnn(tmp_path):
+    _fit_briefly(tmp_path / "maddpg", MADDPG(tiny_task(), **ddpg_kwargs(critic_model=Gnn(topology="full"))))
+    cnn = Cnn(cnn_num_cells=[4], cnn_kernel_sizes=2, mlp_num_cells=[16])
+    _fit_briefly(tmp_path / "mappo", MAPPO(ImageSpreadTask("simple_spread", max_steps=10),
+                                           **tiny_kwargs(actor_model=cnn, critic_model=cnn)))
+
+
+def test_a_model_that_cannot_read_the_task_stops_before_training():
+    with pytest.raises(ConfigError, match="actor_model: a decentralised DeepSets"):
+        kwargs = ddpg_kwargs(actor_model=DeepSets())
+        del kwargs["critic_model"]  # value-based: no critic
+        IQL(tiny_task(continuous_actions=False), **kwargs)
+    with pytest.raises(ConfigError, match="critic_model: Cnn needs an image entry"):
+        MAPPO(tiny_task(), **tiny_kwargs(critic_model=Cnn()))
+
+
+def test_mlp_resolves_activation_names_to_torch_nn():
+    # torch.nn.Tanh itself: a faster tanh-through-sigmoid (2e-7 off) changed MADDPG's learning (benchmarks/README.md)
+    net = Mlp([8, 8]).build_single(3, 2)
+    assert sum(type(m) is torch.nn.Tanh for m in net.modules()) == 2
+    assert sum(isinstance(m, torch.nn.ReLU) for m in Mlp([8], activation_class="ReLU").build_single(3, 2).modules()) == 1
+    with pytest.raises(ConfigError, match="activation_class: 'Tahn'"):
+        Mlp(activation_class="Tahn")
+
+
+@pytest.mark.parametrize("centralised", [False, True])
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_the_lean_shared_mlp_is_torchrls_to_the_bit_also_under_swapped_parameters(centralised, layer_norm):
+    from tensordict import TensorDict as TD
+    from torchrl.modules import MultiAgentMLP
+
+    from lit_marl.models.mlp import LeanMultiAgentMLP
+
+    torch.manual_seed(0)
+    lean = Mlp([32, 32], layer_norm=layer_norm).build_multi_agent(18, 4, 4, centralised, share_params=True)
+    assert isinstance(lean, LeanMultiAgentMLP) and lean._lean_layers() is not None  # the lean path runs
+    reference = MultiAgentMLP(18, 4, 4, centralized=centralised, share_params=True, **Mlp([32, 32], layer_norm=layer_norm)._layer_kwargs())
+    assert list(reference.state_dict()) == list(lean.state_dict())  # checkpoints load either way
+    reference.load_state_dict(lean.state_dict())
+    x = torch.randn(5, 7, 4, 18)
+    out, expected = lean(x), reference(x)
+    assert torch.equal(out, expected)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(lean.parameters(), reference.parameters()))
+    # torchrl losses swap target parameters in with to_module: the lean forward must read them
+    target = TD.from_module(lean).detach().clone().apply(lambda t: t * 0.5 + 0.1)
+    with target.to_module(lean):
+        swapped = lean(x)
+    with target.to_module(reference):
+        assert torch.equal(swapped, reference(x)) and not torch.equal(swapped, out)
