@@ -1,7 +1,11 @@
-"""Collection speed of PettingZoo tasks stepped in this process (1 worker) or in worker processes (torchrl
-ParallelEnv), with MAPPO's policy as lit-marl collects for training.
+"""Collection speed of tasks stepped in this process (1 worker) or in worker processes (torchrl ParallelEnv), with
+MAPPO's policy as lit-marl collects for training.
 
     OMP_NUM_THREADS=1 python benchmarks/parallel_envs.py --tasks multiwalker simple_spread --workers 1 2
+    python benchmarks/parallel_envs.py --configs configs/mappo_lbf.yaml configs/qmix_rware.yaml --workers 1 2
+
+``--configs``: each config's own algorithm, networks, task, ``num_envs`` and ``frames_per_batch`` (one iteration's
+collection), with ``task.num_workers`` set to each worker count; results go to benchmarks/out/parallel_envs_configs.json.
 
 For each task and worker count: build MAPPO (BenchMARL-sized MLPs) and its Sampler, collect one warm-up batch,
 (``--policy random``: the envs alone), then time ``--iterations`` batches of ``--frames`` frames over ``--num_envs`` envs. Both worker counts alternate
@@ -11,12 +15,15 @@ over ``--rounds`` rounds; the median frames/s is reported. Results go to benchma
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
+
+import yaml
 
 from lit_marl.algorithms import MAPPO
 from lit_marl.data.collection import Sampler
@@ -58,9 +65,33 @@ def frames_per_second(task_name: str, workers: int, num_envs: int, frames: int, 
         sampler.close()
 
 
+def config_frames_per_second(config: Path, workers: int, iterations: int) -> float:
+    """Frames/s of one iteration's collection of ``config``'s run (its policy, envs and batch) with ``workers``."""
+    model_config = yaml.safe_load(config.read_text())["model"]
+    init_args = dict(model_config["init_args"])
+    task = dict(init_args["task"])
+    task["init_args"] = {**task.get("init_args", {}), "num_workers": workers}
+    init_args["task"] = task
+    module, _, name = model_config["class_path"].rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    model = cls(**init_args)
+    sampler = model._get_sampler()
+    try:
+        with torch.no_grad():
+            sampler.collect(0)  # warm-up: worker start, first resets
+            start = time.perf_counter()
+            for i in range(iterations):
+                sampler.collect(i + 1)
+            return model.frames_per_batch * iterations / (time.perf_counter() - start)
+    finally:
+        sampler.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=["multiwalker", "simple_spread"], choices=sorted(TASKS))
+    parser.add_argument("--configs", nargs="+", type=Path, default=None,
+                        help="time these configs' own collection instead of --tasks (--num_envs/--frames/--policy unused)")
     parser.add_argument("--workers", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--num_envs", type=int, default=10)
     parser.add_argument("--frames", type=int, default=1000)
@@ -70,14 +101,17 @@ def main() -> None:
                         help="mappo: collect with MAPPO's policy through lit-marl's Sampler; random: the envs alone")
     parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/out/parallel_envs_<policy>.json")
     args = parser.parse_args()
-    args.out = args.out or Path(__file__).parent / "out" / f"parallel_envs_{args.policy}.json"
+    kind = "configs" if args.configs else args.policy
+    args.out = args.out or Path(__file__).parent / "out" / f"parallel_envs_{kind}.json"
     results = {}
-    for task_name in args.tasks:
+    for task_name in args.configs or args.tasks:
         runs: dict[int, list[float]] = {w: [] for w in args.workers}
         for _ in range(args.rounds):
             for workers in args.workers:
-                runs[workers].append(frames_per_second(task_name, workers, args.num_envs, args.frames,
-                                                       args.iterations, args.policy))
+                runs[workers].append(
+                    config_frames_per_second(task_name, workers, args.iterations) if args.configs else
+                    frames_per_second(task_name, workers, args.num_envs, args.frames, args.iterations, args.policy))
+        task_name = str(task_name)
         medians = {w: statistics.median(v) for w, v in runs.items()}
         base = medians[args.workers[0]]
         results[task_name] = {"fps": {str(w): v for w, v in runs.items()},
