@@ -53,7 +53,12 @@ def frames_per_second(task_name: str, workers: int, num_envs: int, frames: int, 
             env.close()
     model = MAPPO(task, actor_model=Mlp([256, 256]), critic_model=Mlp([256, 256]), frames_per_batch=frames,
                   num_envs=num_envs, minibatch_size=min(400, frames))
-    sampler = Sampler(task, model.policy, num_envs=num_envs, frames_per_batch=frames, seed=0)
+    return timed_collection(Sampler(task, model.policy, num_envs=num_envs, frames_per_batch=frames, seed=0), frames,
+                            iterations)
+
+
+def timed_collection(sampler: Sampler, frames: int, iterations: int) -> float:
+    """Frames/s of ``iterations`` collections of ``frames`` after a warm-up one; closes the sampler."""
     try:
         with torch.no_grad():
             sampler.collect(0)  # warm-up: worker start, first resets
@@ -75,16 +80,7 @@ def config_frames_per_second(config: Path, workers: int, iterations: int) -> flo
     module, _, name = model_config["class_path"].rpartition(".")
     cls = getattr(importlib.import_module(module), name)
     model = cls(**init_args)
-    sampler = model._get_sampler()
-    try:
-        with torch.no_grad():
-            sampler.collect(0)  # warm-up: worker start, first resets
-            start = time.perf_counter()
-            for i in range(iterations):
-                sampler.collect(i + 1)
-            return model.frames_per_batch * iterations / (time.perf_counter() - start)
-    finally:
-        sampler.close()
+    return timed_collection(model._get_sampler(), model.frames_per_batch, iterations)
 
 
 def main() -> None:
