@@ -59,6 +59,9 @@ CONFIG_OVERRIDES = {
     "qmix_rware.yaml": ["--model.init_args.frames_per_batch", "100", "--model.init_args.num_envs", "2",
                         "--model.init_args.train_batch_size", "64", "--model.init_args.evaluation_episodes", "1",
                         "--model.init_args.task.init_args.max_steps", "50"],
+    "mappo_rware.yaml": ["--model.init_args.frames_per_batch", "100", "--model.init_args.num_envs", "2",
+                         "--model.init_args.minibatch_size", "100", "--model.init_args.evaluation_episodes", "1",
+                         "--model.init_args.task.init_args.max_steps", "50"],
     # MaMuJoCo's 1000-step episodes: 2 episodes of 10 steps, 1 evaluation episode; MADDPG without HARL's 10000 random
     # warm-up frames, on batches the 20 frames can fill
     "mappo_mamujoco_halfcheetah.yaml": ["--model.init_args.frames_per_batch", "20", "--model.init_args.num_envs", "2",
