@@ -4,7 +4,6 @@ follow the game's rules, time limits truncate, bad input is refused by name, and
 from __future__ import annotations
 
 import csv
-import importlib
 from pathlib import Path
 
 import gymnasium as gym
@@ -18,6 +17,7 @@ from lit_marl.envs import LbfTask, RwareTask, Task
 from lit_marl.errors import ConfigError
 from lit_marl.models import Mlp
 from lit_marl.utils import instantiate
+from tests.helpers.missing import hide_package
 from tests.helpers.tiny import tiny_kwargs, tiny_trainer
 
 # lbforaging and rware are in the dev extra: where one is missing these tests must fail, not skip
@@ -222,14 +222,7 @@ def test_bad_settings_are_refused_by_name_with_what_is_allowed(build, message):
 
 @pytest.mark.parametrize(("module", "build", "extra"), [("lbforaging", LbfTask, "lbf"), ("rware", RwareTask, "rware")])
 def test_a_missing_package_names_its_pip_command(monkeypatch, module, build, extra):
-    real = importlib.import_module
-
-    def without(name, *args, **kwargs):
-        if name == module or name.startswith(module + "."):
-            raise ModuleNotFoundError(f"No module named '{module}'")
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(importlib, "import_module", without)
+    hide_package(monkeypatch, module)
     with pytest.raises(ConfigError, match=rf"task: needs the {module} package, which is not installed \(No module "
                                           rf"named '{module}'\); install it with pip install 'lit-marl\[{extra}\]'"):
         build()

@@ -4,7 +4,6 @@ terminate, bad input is refused by name before anything is built, videos render 
 from __future__ import annotations
 
 import csv
-import importlib
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -19,6 +18,7 @@ from lit_marl.errors import ConfigError
 from lit_marl.callbacks import EvaluationReport
 from lit_marl.models import Mlp
 from lit_marl.utils import instantiate
+from tests.helpers.missing import hide_package
 from tests.helpers.tiny import tiny_kwargs, tiny_trainer
 
 # gymnasium-robotics and mujoco are in the dev extra: where one is missing these tests must fail, not skip
@@ -167,14 +167,7 @@ def test_bad_settings_are_refused_before_anything_is_built(monkeypatch):
 
 @pytest.mark.parametrize("module", ["gymnasium_robotics", "mujoco"])
 def test_a_missing_package_names_its_pip_command(monkeypatch, module):
-    real = importlib.import_module
-
-    def without(name, *args, **kwargs):
-        if name == module or name.startswith(module + "."):
-            raise ModuleNotFoundError(f"No module named '{module}'")
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(importlib, "import_module", without)
+    hide_package(monkeypatch, module)
     package = module.replace("_", "-")
     with pytest.raises(ConfigError, match=rf"^task: needs the {package} package, which is not installed \(No module "
                                           rf"named '{module}'\); install it with pip install 'lit-marl\[mamujoco\]'$"):
