@@ -223,3 +223,17 @@ def test_validation_videos_reach_tensorboard(tmp_path):
     assert "val/video/0" in events.Tags()["images"]
     (image,) = events.Images("val/video/0")
     assert image.encoded_image_string[:6] == b"GIF89a" and (image.width, image.height) == (700, 700)
+
+
+def test_the_callbacks_that_moved_keep_their_old_names():
+    """Configs and benchmark folders written before the move name ``lit_marl.evaluation.<callback>`` (class paths
+    that jsonargparse imports as module + attribute): they resolve to the callbacks now in ``lit_marl.callbacks``."""
+    import importlib
+
+    import lit_marl.callbacks as callbacks
+
+    evaluation = importlib.import_module("lit_marl.evaluation")
+    for name in ("EvaluationReport", "MarlEvalJson", "CollectiveReward", "CollectionExport"):
+        assert getattr(evaluation, name) is getattr(callbacks, name)
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchCallback'"):
+        evaluation.NoSuchCallback  # noqa: B018
