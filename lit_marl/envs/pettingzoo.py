@@ -34,7 +34,6 @@ from lit_marl.envs.grouping import check_grouping, group_agents
 from lit_marl.errors import ConfigError, positive_int, did_you_mean
 
 
-
 @dataclass(frozen=True)
 class PettingZooEntry:
     """A PettingZoo task lit-marl knows: where it lives and BenchMARL's settings for it."""

@@ -19,17 +19,21 @@ def _mean_return(model, episodes: int) -> float:
     return torch.stack(list(model.episode_returns(rollout).values())).mean().item()
 
 
+def _train(model, clip: float, tmp_path) -> None:
+    """Train ``model`` to its frame budget, without evaluations, logs or checkpoints."""
+    pl.Trainer(max_epochs=-1, gradient_clip_val=clip, logger=False, enable_checkpointing=False,
+               enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+               default_root_dir=tmp_path).fit(model)
+    assert model.frames == model.max_frames
+
+
 def _assert_learns(model, episodes: int, clip: float, margin: float, tmp_path, label: str) -> None:
     """Train ``model`` to its frame budget; its mean evaluation return (the same seeded episodes before and after)
     must rise by ``margin``."""
     before = _mean_return(model, episodes)
-    trainer = pl.Trainer(max_epochs=-1, gradient_clip_val=clip, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-                         default_root_dir=tmp_path)
-    trainer.fit(model)
+    _train(model, clip, tmp_path)
     after = _mean_return(model, episodes)
     print(f"{label}: mean evaluation return {before:.3f} -> {after:.3f} after {model.frames} frames")
-    assert model.frames == model.max_frames
     assert after - before >= margin, f"{label}: return {before:.3f} -> {after:.3f}, not up by {margin}"
 
 
@@ -115,10 +119,7 @@ def test_mappo_learns_to_deliver_shelves_on_rware(tmp_path):
         return len(model.task.group_map["agents"]) * _mean_return(model, episodes=20)
 
     before = deliveries()
-    trainer = pl.Trainer(max_epochs=-1, gradient_clip_val=10.0, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-                         default_root_dir=tmp_path)
-    trainer.fit(model)
+    _train(model, 10.0, tmp_path)
     after = deliveries()
     print(f"RWARE MAPPO: deliveries per episode {before:.2f} -> {after:.2f} after {model.frames} frames")
     assert model.frames == RWARE_FRAMES
