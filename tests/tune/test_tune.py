@@ -229,7 +229,14 @@ worker = Worker(folder, settings, {{}}, log=lambda line: None)
 if mode == "hang":  # take a trial, then hang until killed
     print(worker.ask().number, flush=True)
     time.sleep(600)
+first = [True]
 def run_trial(self, trial):
+    # a worker holds its first trial until the other worker has taken one, so that a slow start of
+    # one process cannot let the other take all eight (both must take part for the test to mean anything)
+    deadline = time.monotonic() + 60
+    while first[0] and len(self.study.get_trials()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first[0] = False
     time.sleep(0.05)
     self.study.tell(trial.number, trial.number)
 Worker.run_trial = run_trial
