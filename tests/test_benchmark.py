@@ -3,7 +3,6 @@ skips finished runs and resumes the interrupted one from its last.ckpt."""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
@@ -17,40 +16,15 @@ import yaml
 
 from lit_marl.cli import main
 from lit_marl.benchmark import Benchmark
+from tests.helpers.runs import BALANCE, metric_frames, tiny_balance, tiny_grid
 from tests.helpers.tiny import CONFIGS, ROOT
-from tests.test_cli import _tiny_balance
 
 GRIDS = sorted((CONFIGS / "benchmarks").glob("*.yaml"))
 
 
-#: a two-robot balance of 10-step episodes
-BALANCE = {"class_path": "lit_marl.envs.VmasTask",
-           "init_args": {"scenario": "balance", "max_steps": 10, "scenario_kwargs": {"n_agents": 2}}}
-
-
-def _grid(tmp_path: Path, **changes) -> Path:
-    grid = {
-        "name": "tiny",
-        "output_dir": str(tmp_path / "bench"),
-        "seeds": [0, 1],
-        "algorithms": {"mappo": str(_tiny_balance(tmp_path / "mappo.yaml"))},
-        "tasks": {"balance": BALANCE},
-        "overrides": {"model.init_args.max_frames": 400, "trainer.check_val_every_n_epoch": 5,
-                      "checkpoint.every_n_epochs": 1, "model.init_args.n_minibatch_iters": 1},
-    }
-    grid.update(changes)
-    path = tmp_path / "grid.yaml"
-    path.write_text(yaml.safe_dump(grid))
-    return path
-
-
-def _frames(metrics: Path) -> list[int]:
-    return sorted({int(float(r["counters/frames"])) for r in csv.DictReader(open(metrics)) if r.get("counters/frames")})
-
-
 @pytest.mark.slow  # four lit-marl processes: about 40 s on two busy cores
 def test_benchmark_resumes_after_a_kill_without_repeating_finished_runs(tmp_path, capsys):
-    grid = _grid(tmp_path)
+    grid = tiny_grid(tmp_path)
     root = tmp_path / "bench" / "tiny" / "balance" / "mappo"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "lit_marl.cli", "benchmark", "--config", str(grid)],
@@ -65,7 +39,7 @@ def test_benchmark_resumes_after_a_kill_without_repeating_finished_runs(tmp_path
         proc.wait()
     assert (root / "seed_0" / "finished.json").is_file() and not (root / "seed_1" / "finished.json").exists()
     finished_before = (root / "seed_0" / "finished.json").read_bytes()
-    killed_at = _frames(root / "seed_1" / "train" / "version_0" / "metrics.csv")[-1]
+    killed_at = metric_frames(root / "seed_1" / "train" / "version_0" / "metrics.csv")[-1]
     assert 0 < killed_at < 400
 
     main(["benchmark", "--config", str(grid)])
@@ -75,7 +49,7 @@ def test_benchmark_resumes_after_a_kill_without_repeating_finished_runs(tmp_path
     assert [p.name for p in (root / "seed_0" / "train").iterdir()] == ["version_0"]
     assert (root / "seed_0" / "finished.json").read_bytes() == finished_before
     # the interrupted one continued from its last.ckpt
-    resumed = _frames(root / "seed_1" / "train" / "version_1" / "metrics.csv")
+    resumed = metric_frames(root / "seed_1" / "train" / "version_1" / "metrics.csv")
     assert resumed[0] > 40 and resumed[-1] == 400
     info = json.loads((root / "seed_1" / "finished.json").read_text())
     assert info["frames"] == 400 and info["resumed_from"].endswith("version_0/checkpoints/last.ckpt")
@@ -90,7 +64,7 @@ def test_benchmark_resumes_after_a_kill_without_repeating_finished_runs(tmp_path
 
 @pytest.mark.slow  # two lit-marl processes at once
 def test_benchmark_runs_in_parallel_processes(tmp_path, capsys):
-    grid = _grid(tmp_path, parallel=2, overrides={"model.init_args.max_frames": 80})
+    grid = tiny_grid(tmp_path, parallel=2, overrides={"model.init_args.max_frames": 80})
     main(["benchmark", "--config", str(grid)])
     assert "2 to start (2 at a time)" in capsys.readouterr().out
     infos = [json.loads((tmp_path / "bench" / "tiny" / "balance" / "mappo" / f"seed_{s}" / "finished.json").read_text())
@@ -112,7 +86,7 @@ def test_benchmark_runs_in_parallel_processes(tmp_path, capsys):
     ],
 )
 def test_a_bad_grid_is_refused_before_anything_runs(tmp_path, capsys, change, fragments):
-    _assert_refused(_grid(tmp_path, **change), capsys, fragments)
+    _assert_refused(tiny_grid(tmp_path, **change), capsys, fragments)
 
 
 def _assert_refused(grid: Path, capsys, fragments: list[str]) -> None:
@@ -127,8 +101,8 @@ def _assert_refused(grid: Path, capsys, fragments: list[str]) -> None:
 
 
 def test_overrides_go_from_the_grid_to_the_task_for_one_algorithm(tmp_path):
-    tiny = str(_tiny_balance(tmp_path / "mappo.yaml"))
-    grid = _grid(tmp_path, seeds=[0], algorithms={
+    tiny = str(tiny_balance(tmp_path / "mappo.yaml"))
+    grid = tiny_grid(tmp_path, seeds=[0], algorithms={
         "mappo": tiny,
         "ippo": {"config": tiny, "overrides": {"model.class_path": "lit_marl.algorithms.IPPO",
                                                "model.init_args.lr": 1.0e-4}},
@@ -159,16 +133,16 @@ def test_overrides_go_from_the_grid_to_the_task_for_one_algorithm(tmp_path):
 )
 def test_a_bad_override_is_refused_by_name_before_anything_runs(tmp_path, capsys, tasks_change, overrides,
                                                                 fragments):
-    grid = _grid(tmp_path, tasks={"balance": {**BALANCE, **tasks_change}},
+    grid = tiny_grid(tmp_path, tasks={"balance": {**BALANCE, **tasks_change}},
                  overrides={"model.init_args.max_frames": 400, **overrides})
     _assert_refused(grid, capsys, fragments)
 
 
 def test_an_unknown_algorithm_is_refused(tmp_path, capsys):
-    config = yaml.safe_load(_tiny_balance(tmp_path / "mappo.yaml").read_text())
+    config = yaml.safe_load(tiny_balance(tmp_path / "mappo.yaml").read_text())
     config["model"]["class_path"] = "lit_marl.algorithms.MAPO"
     (tmp_path / "mapo.yaml").write_text(yaml.safe_dump(config))
-    grid = _grid(tmp_path)
+    grid = tiny_grid(tmp_path)
     data = yaml.safe_load(grid.read_text())
     data["algorithms"] = {"mapo": str(tmp_path / "mapo.yaml")}
     grid.write_text(yaml.safe_dump(data))

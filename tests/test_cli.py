@@ -12,36 +12,8 @@ import torch
 import yaml
 
 from lit_marl.cli import main
+from tests.helpers.runs import SHORT, fit_config, run_dirs, tiny_balance
 from tests.helpers.tiny import CONFIGS
-
-#: keeps any config to a one-iteration run of a few seconds
-SHORT = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-         "--model.init_args.n_minibatch_iters", "1", "--trainer.check_val_every_n_epoch", "1"]
-#: the same for off-policy configs (few optimizer steps, a small buffer)
-SHORT_OFF_POLICY = [*SHORT[:4], "--model.init_args.n_optimizer_steps", "2", "--model.init_args.memory_size", "20000",
-                    *SHORT[6:]]
-
-
-def _fit(config, *extra):
-    init_args = yaml.safe_load(Path(config).read_text())["model"]["init_args"]
-    short = SHORT_OFF_POLICY if "n_optimizer_steps" in init_args else SHORT
-    main(["fit", "--config", str(config), *short, *extra])
-
-
-def _run_dirs() -> list[Path]:
-    return sorted(p.parent for p in Path("runs").glob("*/version_*/config.yaml"))
-
-
-def _tiny_balance(path: Path) -> Path:
-    """configs/quickstart.yaml shrunk to 40 frames per iteration."""
-    config = yaml.safe_load((CONFIGS / "quickstart.yaml").read_text())
-    config["model"]["init_args"].update(frames_per_batch=40, num_envs=4, minibatch_size=20, max_frames=80,
-                                        evaluation_episodes=2)
-    config["model"]["init_args"]["task"]["init_args"]["max_steps"] = 10
-    config["checkpoint"]["every_n_epochs"] = 1
-    path.write_text(yaml.safe_dump(config))
-    return path
-
 
 #: configs whose one iteration needs more than SHORT to stay short (their real defaults stay as they are)
 CONFIG_OVERRIDES = {
@@ -92,8 +64,8 @@ def test_every_config_runs_one_iteration(config):
     overrides = CONFIG_OVERRIDES.get(config, [])
     frames = int(dict(zip(overrides[::2], overrides[1::2])).get(
         "--model.init_args.frames_per_batch", yaml.safe_load(text)["model"]["init_args"]["frames_per_batch"]))
-    _fit(CONFIGS / config, "--model.init_args.max_frames", str(frames), *overrides)
-    (run,) = _run_dirs()
+    fit_config(CONFIGS / config, "--model.init_args.max_frames", str(frames), *overrides)
+    (run,) = run_dirs()
     rows = list(csv.DictReader(open(run / "metrics.csv")))
     assert max(float(r["counters/frames"]) for r in rows if r.get("counters/frames")) == frames
     assert any(r.get("val/return") for r in rows)
@@ -101,7 +73,7 @@ def test_every_config_runs_one_iteration(config):
 
 
 def test_print_config_round_trips(tmp_path, capsys):
-    config = _tiny_balance(tmp_path / "tiny.yaml")
+    config = tiny_balance(tmp_path / "tiny.yaml")
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", str(config), "--model.init_args.lr", "1e-4", "--print_config"])
     assert exit_info.value.code in (0, None)
@@ -111,8 +83,8 @@ def test_print_config_round_trips(tmp_path, capsys):
         main(["fit", "--config", str(tmp_path / "my.yaml"), "--print_config"])
     assert capsys.readouterr().out == printed
     assert yaml.safe_load(printed)["model"]["init_args"]["lr"] == 1e-4
-    _fit(tmp_path / "my.yaml")
-    (run,) = _run_dirs()
+    fit_config(tmp_path / "my.yaml")
+    (run,) = run_dirs()
     saved = yaml.safe_load((run / "config.yaml").read_text())["model"]
     expected = yaml.safe_load(printed)["model"]
     expected["init_args"]["n_minibatch_iters"] = 1  # the SHORT override
@@ -120,14 +92,14 @@ def test_print_config_round_trips(tmp_path, capsys):
 
 
 def test_resume_and_validate_from_a_run_folder(tmp_path):
-    config = _tiny_balance(tmp_path / "tiny.yaml")
-    _fit(config)  # 2 iterations
-    (first,) = _run_dirs()
+    config = tiny_balance(tmp_path / "tiny.yaml")
+    fit_config(config)  # 2 iterations
+    (first,) = run_dirs()
     names = sorted(p.name for p in (first / "checkpoints").iterdir())
     assert names == ["frames_000000040.ckpt", "frames_000000080.ckpt", "last.ckpt"]
-    _fit(first / "config.yaml", "--ckpt_path", str(first / "checkpoints" / "last.ckpt"),
+    fit_config(first / "config.yaml", "--ckpt_path", str(first / "checkpoints" / "last.ckpt"),
          "--model.init_args.max_frames", "160")
-    resumed = [d for d in _run_dirs() if d != first][0]
+    resumed = [d for d in run_dirs() if d != first][0]
     rows = list(csv.DictReader(open(resumed / "metrics.csv")))
     frames = sorted({float(r["counters/frames"]) for r in rows if r.get("counters/frames")})
     assert frames == [120.0, 160.0]  # continues at iteration 3, not from zero
@@ -135,7 +107,7 @@ def test_resume_and_validate_from_a_run_folder(tmp_path):
 
     main(["validate", "--config", str(first / "config.yaml"), "--ckpt_path",
           str(resumed / "checkpoints" / "last.ckpt"), "--trainer.enable_progress_bar", "false"])
-    validated = [d for d in _run_dirs() if d not in (first, resumed)][0]
+    validated = [d for d in run_dirs() if d not in (first, resumed)][0]
     rows = list(csv.DictReader(open(validated / "metrics.csv")))
     assert any(r.get("val/return") for r in rows)
 
@@ -146,8 +118,8 @@ def _digest(root: Path) -> dict[str, str]:
 
 @pytest.fixture
 def trained_run(tmp_path):
-    _fit(_tiny_balance(tmp_path / "tiny.yaml"))
-    (run,) = _run_dirs()
+    fit_config(tiny_balance(tmp_path / "tiny.yaml"))
+    (run,) = run_dirs()
     return run
 
 
@@ -205,7 +177,7 @@ def test_checkpoint_of_another_algorithm_or_task_is_refused(capsys, trained_run)
 
 
 def test_tensorboard_logger_when_asked(tmp_path):
-    _fit(_tiny_balance(tmp_path / "tiny.yaml"), "--trainer.logger", "lightning.pytorch.loggers.TensorBoardLogger",
+    fit_config(tiny_balance(tmp_path / "tiny.yaml"), "--trainer.logger", "lightning.pytorch.loggers.TensorBoardLogger",
          "--trainer.logger.save_dir", "runs", "--trainer.logger.name", "tb")
     events = list(Path("runs/tb").glob("version_0/events.out.tfevents.*"))
     assert events and (Path("runs/tb/version_0/checkpoints/last.ckpt")).is_file()
@@ -215,7 +187,7 @@ def test_test_subcommand_evaluates_a_checkpoint(trained_run, capsys):
     main(["test", "--config", str(trained_run / "config.yaml"), "--ckpt_path",
           str(trained_run / "checkpoints" / "last.ckpt"), "--model.init_args.test_episodes", "6",
           "--trainer.enable_progress_bar", "false"])
-    tested = [d for d in _run_dirs() if d != trained_run][0]
+    tested = [d for d in run_dirs() if d != trained_run][0]
     rows = [r for r in csv.DictReader(open(tested / "metrics.csv")) if r.get("test/return")]
     assert len(rows) == 1 and float(rows[0]["test/episode_len"]) == 10.0
 

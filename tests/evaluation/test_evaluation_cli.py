@@ -8,13 +8,13 @@ import pytest
 
 from lit_marl.cli import main
 from lit_marl.evaluation.io import sha256
-from tests.test_cli import _fit, _run_dirs, _tiny_balance
+from tests.helpers.runs import fit_config, run_dirs, tiny_balance
 
 
 def test_lit_marl_test_writes_eval_info_and_videos_beside_the_run(tmp_path, capsys):
     pytest.importorskip("av")
-    _fit(_tiny_balance(tmp_path / "tiny.yaml"))
-    (run,) = _run_dirs()
+    fit_config(tiny_balance(tmp_path / "tiny.yaml"))
+    (run,) = run_dirs()
     ckpt = run / "checkpoints" / "last.ckpt"
     args = ["test", "--config", str(run / "config.yaml"), "--ckpt_path", str(ckpt),
             "--model.init_args.test_episodes", "5", "--trainer.enable_progress_bar", "false"]

@@ -21,7 +21,7 @@ from lit_marl.export import FORMATS, MANIFEST, export_checkpoint, export_policy,
 from lit_marl.models import Gru, Mlp
 from tests.helpers.tiny import tiny_kwargs, tiny_task
 from tests.algorithms.test_action_masks import MaskedSpread
-from tests.test_cli import _fit, _run_dirs, _tiny_balance
+from tests.helpers.runs import fit_config, run_dirs, tiny_balance
 
 HAS_ONNXRUNTIME = importlib.util.find_spec("onnxruntime") is not None
 
@@ -125,8 +125,8 @@ def test_recurrent_policy_carries_its_hidden_state_through_an_episode(tmp_path):
 
 
 def test_lit_marl_export_writes_a_new_folder_beside_the_run_and_refuses_bad_input_by_name(tmp_path, capsys):
-    _fit(_tiny_balance(tmp_path / "tiny.yaml"))
-    (run,) = _run_dirs()
+    fit_config(tiny_balance(tmp_path / "tiny.yaml"))
+    (run,) = run_dirs()
     ckpt = run / "checkpoints" / "last.ckpt"
     main(["export", "--ckpt_path", str(ckpt), "--format", "torchscript"])
     (folder,) = (run / "exports").iterdir()

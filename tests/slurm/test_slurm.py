@@ -25,8 +25,7 @@ from optuna.trial import TrialState
 from lit_marl.cli import main
 from lit_marl.slurm.grid import queued, read_jobs, wait_for
 from lit_marl.tune.study import JOURNAL, STUDY_NAME, journal_storage
-from tests.test_benchmark import _frames, _grid
-from tests.test_cli import _tiny_balance
+from tests.helpers.runs import metric_frames, tiny_balance, tiny_grid
 from tests.tune.test_tune import _tiny_study_files
 
 pytestmark = pytest.mark.slurm
@@ -48,7 +47,7 @@ def _cluster():
 
 
 def _slurm_grid(tmp_path: Path, name: str, slurm: dict, callbacks: list, **changes) -> tuple[Path, Path]:
-    path = _grid(tmp_path, name=name, launcher="slurm", slurm=slurm, **changes)
+    path = tiny_grid(tmp_path, name=name, launcher="slurm", slurm=slurm, **changes)
     grid = yaml.safe_load(path.read_text())
     grid["overrides"]["trainer.callbacks"] = callbacks
     path.write_text(yaml.safe_dump(grid))
@@ -67,7 +66,7 @@ def test_a_grid_runs_as_one_job_array_and_reads_like_a_local_one(tmp_path, capsy
     its own (one process, or the two DDP processes of its trainer.devices, never SLURM's tasks); --status and
     lit-marl report read the folder; a second submission submits nothing."""
     ippo = tmp_path / "ippo.yaml"
-    ippo.write_text(_tiny_balance(tmp_path / "mappo.yaml").read_text().replace("algorithms.MAPPO", "algorithms.IPPO"))
+    ippo.write_text(tiny_balance(tmp_path / "mappo.yaml").read_text().replace("algorithms.MAPPO", "algorithms.IPPO"))
     ddp = {"trainer.strategy": "ddp", "trainer.devices": 2, "trainer.accelerator": "cpu"}
     grid, root = _slurm_grid(tmp_path, "array", {"timeout_min": 10, "cpus_per_task": 1},
                              [{"class_path": "tests.helpers.slurm_helpers.RecordEnvironment"}],
@@ -124,7 +123,7 @@ def test_a_cancelled_and_a_killed_run_resume_when_the_grid_is_submitted_again(tm
     main(["benchmark", "--config", str(grid), "--status"])
     status = capsys.readouterr().out
     assert status.count("| interrupted (resumable) |") == 2, status
-    stopped_at = {run: _frames(run / "train" / "version_0" / "metrics.csv")[-1] for run in (cancelled, killed)}
+    stopped_at = {run: metric_frames(run / "train" / "version_0" / "metrics.csv")[-1] for run in (cancelled, killed)}
     assert all(0 < frames < 400 for frames in stopped_at.values()), stopped_at
 
     main(["benchmark", "--config", str(grid), "--wait"])
@@ -132,7 +131,7 @@ def test_a_cancelled_and_a_killed_run_resume_when_the_grid_is_submitted_again(tm
     for run in (cancelled, killed):
         info = json.loads((run / "finished.json").read_text())
         assert info["frames"] == 400 and info["resumed_from"].endswith("version_0/checkpoints/last.ckpt")
-        resumed = _frames(run / "train" / "version_1" / "metrics.csv")
+        resumed = metric_frames(run / "train" / "version_1" / "metrics.csv")
         assert resumed[0] > 40 and resumed[-1] == 400  # continued, not restarted
     assert read_jobs(root)["balance/mappo/seed_0"]["job_id"] != jobs["balance/mappo/seed_0"]["job_id"]
 
@@ -151,7 +150,7 @@ def test_a_run_at_its_time_limit_is_requeued_and_finishes(tmp_path):
     assert info["frames"] == 2000
     versions = sorted(int(p.name.split("_")[1]) for p in (run / "train").iterdir())
     assert len(versions) >= 2, "the run was not requeued"
-    assert _frames(run / "train" / f"version_{versions[1]}" / "metrics.csv")[0] > 40  # resumed
+    assert metric_frames(run / "train" / f"version_{versions[1]}" / "metrics.csv")[0] > 40  # resumed
     (job,) = read_jobs(root).values()  # one submission, one job: requeued, not submitted again
     (log,) = Path(job["submission"]).glob(f"{job['job_id']}/*_log.out")
     text = log.read_text()

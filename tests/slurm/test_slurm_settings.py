@@ -25,7 +25,7 @@ from lit_marl.slurm.grid import record_jobs, status_table
 from lit_marl.slurm.settings import SlurmSettings, check_cluster, parse_settings
 from lit_marl.slurm.task import FitRun, Watched, child_env
 from tests.helpers.tiny import ROOT
-from tests.test_benchmark import _grid
+from tests.helpers.runs import tiny_grid
 
 
 @pytest.mark.parametrize("data, message", [
@@ -72,7 +72,7 @@ def _fake_slurm(folder: Path, partitions: str = "debug", sbatch_error: str = "",
 
 
 def test_no_sbatch_or_an_unknown_partition_is_refused_before_anything_is_submitted(tmp_path, monkeypatch, capsys):
-    grid = _grid(tmp_path, launcher="slurm", slurm={"partition": "gpu"})
+    grid = tiny_grid(tmp_path, launcher="slurm", slurm={"partition": "gpu"})
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(SystemExit) as exit_info:
         main(["benchmark", "--config", str(grid)])
@@ -100,13 +100,13 @@ def test_resources_the_cluster_refuses_are_named_before_submitting(tmp_path, mon
 
 def test_a_grid_names_an_unknown_launcher(tmp_path):
     with pytest.raises(ConfigError, match="launcher: 'kubernetes' is not one of 'local', 'slurm'"):
-        Benchmark(_grid(tmp_path, launcher="kubernetes"))
+        Benchmark(tiny_grid(tmp_path, launcher="kubernetes"))
     with pytest.raises(ConfigError, match="slurm.cpus: unknown SLURM setting"):
-        Benchmark(_grid(tmp_path, slurm={"cpus": 2}))  # checked with the local launcher too
+        Benchmark(tiny_grid(tmp_path, slurm={"cpus": 2}))  # checked with the local launcher too
 
 
 def test_status_reads_each_runs_folder_and_the_queue(tmp_path):
-    bench = Benchmark(_grid(tmp_path, seeds=[0, 1, 2, 3, 4, 5, 6]))
+    bench = Benchmark(tiny_grid(tmp_path, seeds=[0, 1, 2, 3, 4, 5, 6]))
     runs = {run.seed: run.folder for run in bench.runs}
     for folder in runs.values():
         folder.mkdir(parents=True)
@@ -151,7 +151,7 @@ def test_a_task_pickles_without_its_process(tmp_path):
 
 
 def test_a_local_launch_of_a_grid_with_runs_on_slurm_is_refused(tmp_path, monkeypatch, capsys):
-    grid = _grid(tmp_path)
+    grid = tiny_grid(tmp_path)
     bench = Benchmark(grid)
     record_jobs(bench.root, {"balance/mappo/seed_1": {"job_id": "9_1"}})
     _fake_slurm(tmp_path / "bin", queue="9_1|RUNNING")

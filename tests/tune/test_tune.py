@@ -32,7 +32,7 @@ from lit_marl.tune.study import (  # noqa: E402
     FAILED_BECAUSE, JOURNAL, RETRY_OF, STUDY_NAME, Worker, journal_storage, objective_value,
 )
 from tests.helpers.tiny import ROOT  # noqa: E402
-from tests.test_cli import _tiny_balance  # noqa: E402
+from tests.helpers.runs import tiny_balance  # noqa: E402
 
 KEYS = {"model.init_args.lr", "model.init_args.n_minibatch_iters", "model.init_args.share_policy_params"}
 LR = {"type": "log_float", "low": 1.0e-5, "high": 1.0e-3}
@@ -287,7 +287,7 @@ def test_a_killed_workers_trial_is_failed_and_retried_and_a_live_ones_left_runni
 
 # ---------------------------------------------------------------------- the command, end to end
 def _tiny_study_files(tmp_path: Path) -> tuple[Path, Path]:
-    config_path = _tiny_balance(tmp_path / "tiny.yaml")
+    config_path = tiny_balance(tmp_path / "tiny.yaml")
     config = yaml.safe_load(config_path.read_text())
     config["model"]["init_args"].update(max_frames=40, n_minibatch_iters=1)  # one iteration, one evaluation
     config["model"]["init_args"]["task"]["init_args"]["scenario_kwargs"]["n_agents"] = 2
