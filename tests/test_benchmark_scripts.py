@@ -1,11 +1,14 @@
 """The benchmark scripts run on CPU with tiny sizes: the prepared device check (benchmarks/gpu.sh), the collection
-breakdown (benchmarks/collection.py) and the weights comparison between versions (benchmarks/weights.py)."""
+breakdown (benchmarks/collection.py), the weights comparison between versions (benchmarks/weights.py) and the learning
+curve of a run (benchmarks/curves.py)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,3 +64,26 @@ def test_the_weights_comparison_finds_a_one_ulp_difference_and_a_missing_tensor(
     torch.save(b, tmp_path / "b.pt")
     assert weights.main(["--compare", str(tmp_path / "a.pt"), str(tmp_path / "b.pt")]) == 1
     assert "1 in one file only: ['b']" in capsys.readouterr().out
+
+
+def test_the_curve_of_a_run_averages_the_collected_returns_between_evaluations(tmp_path, capsys):
+    curves = _script("curves")
+    run = tmp_path / "mappo" / "version_0"
+    run.mkdir(parents=True)
+    header = "counters/frames,timers/iteration_time,collection/reward/episode_reward_mean,val/return"
+    rows = ["100,30,0.1,", "200,30,,", "200,,,0.25", "300,60,0.2,", "400,60,0.4,", "400,,,0.5"]
+    (run / "metrics.csv").write_text("\n".join([header, *rows]) + "\n")
+    out = tmp_path / "curve.json"
+    result = curves.main([str(tmp_path / "mappo"), "--scale", "2", "--out", str(out)])
+    assert result == [{"frames": 200, "val_return": 0.5, "collected_return": 0.2, "minutes": 1.0},
+                      {"frames": 400, "val_return": 1.0, "collected_return": 0.6000000000000001, "minutes": 3.0}]
+    assert json.loads(out.read_text()) == result
+    assert "| 400 | 1.000 | 0.600 | 3.0 |" in capsys.readouterr().out
+    curves.main([str(run), "--every", "5"])  # the last evaluation is always shown
+    assert capsys.readouterr().out.splitlines()[2:] == ["| 400 | 0.500 | 0.300 | 3.0 |"]
+    (run / "metrics.csv").write_text(header + "\n100,30,0.1,\n")
+    with pytest.raises(SystemExit, match="logged no evaluation"):
+        curves.main([str(run)])
+    with pytest.raises(SystemExit):
+        curves.main([str(run), "--scale", "0"])
+    assert "--scale: 0.0 is not a positive number" in capsys.readouterr().err
