@@ -92,7 +92,10 @@ def _check_marl_eval(run: Path) -> list[int]:
 
 
 def _checkpoints_are_whole(root: Path) -> None:
-    for ckpt in root.glob("runs/*/version_*/checkpoints/*.ckpt"):
+    for ckpt in root.glob("runs/*/version_*/checkpoints/*.ckpt"):  # pathlib's glob also matches hidden names
+        if ckpt.name.startswith("."):  # the temporary of a write a SIGKILL cut: hidden, never read, not a checkpoint
+            assert ".tmp-" in ckpt.name, f"{ckpt}: a hidden checkpoint that is not a temporary"
+            continue
         read_checkpoint(ckpt)  # raises CheckpointError on a truncated file
 
 
