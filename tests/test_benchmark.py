@@ -134,7 +134,7 @@ def test_overrides_go_from_the_grid_to_the_task_for_one_algorithm(tmp_path):
 def test_a_bad_override_is_refused_by_name_before_anything_runs(tmp_path, capsys, tasks_change, overrides,
                                                                 fragments):
     grid = tiny_grid(tmp_path, tasks={"balance": {**BALANCE, **tasks_change}},
-                 overrides={"model.init_args.max_frames": 400, **overrides})
+                     overrides={"model.init_args.max_frames": 400, **overrides})
     _assert_refused(grid, capsys, fragments)
 
 

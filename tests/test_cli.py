@@ -98,7 +98,7 @@ def test_resume_and_validate_from_a_run_folder(tmp_path):
     names = sorted(p.name for p in (first / "checkpoints").iterdir())
     assert names == ["frames_000000040.ckpt", "frames_000000080.ckpt", "last.ckpt"]
     fit_config(first / "config.yaml", "--ckpt_path", str(first / "checkpoints" / "last.ckpt"),
-         "--model.init_args.max_frames", "160")
+               "--model.init_args.max_frames", "160")
     resumed = [d for d in run_dirs() if d != first][0]
     rows = list(csv.DictReader(open(resumed / "metrics.csv")))
     frames = sorted({float(r["counters/frames"]) for r in rows if r.get("counters/frames")})
@@ -178,7 +178,7 @@ def test_checkpoint_of_another_algorithm_or_task_is_refused(capsys, trained_run)
 
 def test_tensorboard_logger_when_asked(tmp_path):
     fit_config(tiny_balance(tmp_path / "tiny.yaml"), "--trainer.logger", "lightning.pytorch.loggers.TensorBoardLogger",
-         "--trainer.logger.save_dir", "runs", "--trainer.logger.name", "tb")
+               "--trainer.logger.save_dir", "runs", "--trainer.logger.name", "tb")
     events = list(Path("runs/tb").glob("version_0/events.out.tfevents.*"))
     assert events and (Path("runs/tb/version_0/checkpoints/last.ckpt")).is_file()
 
