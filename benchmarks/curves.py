@@ -34,8 +34,10 @@ def metrics_file(run: Path) -> Path:
 
 def curve(metrics: Path, scale: float = 1.0) -> list[dict]:
     """One row per evaluation: frames, evaluation return, mean collected return since the last one, minutes."""
+    with open(metrics, newline="") as f:
+        logged = list(csv.DictReader(f))
     rows, seconds, frames, collected = [], 0.0, 0, []
-    for row in csv.DictReader(open(metrics)):
+    for row in logged:
         if row.get("counters/frames"):
             frames = int(float(row["counters/frames"]))
         if row.get("timers/iteration_time"):

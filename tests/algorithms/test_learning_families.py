@@ -74,12 +74,11 @@ def test_mappo_learns_to_run_on_mamujoco_halfcheetah(tmp_path):
                    label="MaMuJoCo HalfCheetah 2x3 MAPPO")
 
 
-
 #: The same robot with MADDPG (one policy per agent, a centralised critic; HARL's networks, 256-256 ReLU with a tanh
 #: output, polyak 0.005, Gaussian noise 0.1, and HARL's 50 updates per 500-frame iteration) on smaller batches and a
 #: shorter warm-up than HARL's: 50 updates of 256 transitions (HARL 1000), 5000 random warm-up frames (HARL 10000),
-#: lr 1e-3, 100k frames of 200-step episodes. Measured 2026-12-05 (10 evaluation episodes, one thread): seed 0 -1.12 -> 68.22, seed 1
-#: -0.99 -> 218.35; this test (seed 0, two threads): -1.12 -> 68.22 in 3 min 44 s.
+#: lr 1e-3, 100k frames of 200-step episodes. Measured 2026-12-05 (10 evaluation episodes, one thread): seed 0
+#: -1.12 -> 68.22, seed 1 -0.99 -> 218.35; this test (seed 0, two threads): -1.12 -> 68.22 in 3 min 44 s.
 MADDPG_FRAMES, MADDPG_MARGIN = 100_000, 30.0
 
 
@@ -95,6 +94,7 @@ def test_maddpg_learns_to_run_on_mamujoco_halfcheetah(tmp_path):
                    max_frames=MADDPG_FRAMES, seed=0)
     _assert_learns(model, episodes=10, clip=10.0, margin=MADDPG_MARGIN, tmp_path=tmp_path,
                    label="MaMuJoCo HalfCheetah 2x3 MADDPG")
+
 
 #: Multi-Robot Warehouse: tiny (1 shelf row of 3 columns), 2 robots, easy (4 requested shelves), with shelf columns 2
 #: cells high instead of 8 and 100-step episodes, so that deliveries are near enough for a few minutes of training; a
