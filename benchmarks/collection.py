@@ -38,8 +38,8 @@ from lit_marl.envs import VmasTask  # noqa: E402
 SCENARIO_KWARGS = {"n_agents": 4, "package_mass": 5, "random_package_pos_on_line": True}
 
 
-def _ways(algorithm: str, num_envs: int, steps: int) -> dict:
-    task = VmasTask("balance", max_steps=100, scenario_kwargs=SCENARIO_KWARGS)
+def _ways(algorithm: str, num_envs: int, steps: int, batched_resets: bool = True) -> dict:
+    task = VmasTask("balance", max_steps=100, scenario_kwargs=SCENARIO_KWARGS, batched_resets=batched_resets)
     cls = MAPPO if algorithm == "mappo" else MADDPG
     model = cls(task, frames_per_batch=num_envs * steps, num_envs=num_envs, seed=0)
     sampler = model._get_sampler()
@@ -84,8 +84,15 @@ def _ways(algorithm: str, num_envs: int, steps: int) -> dict:
             for index in dones.nonzero().flatten().tolist():
                 raw.reset_at(index)
 
+    def raw_batched():  # the simulator's own batched step: one batched reset every max_steps (100) steps
+        for step in range(steps):
+            actions = [torch.rand(num_envs, 2) * 2 - 1 for _ in range(SCENARIO_KWARGS["n_agents"])]
+            raw.step(actions)
+            if step % 100 == 99:
+                raw.reset()
+
     return {"collector": lambda: sampler.collect(0), "hand_loop": hand_loop, "rollout": rollout,
-            "policy": policy_only, "torchrl_env": torchrl_env, "raw_vmas": raw_vmas}
+            "policy": policy_only, "torchrl_env": torchrl_env, "raw_vmas": raw_vmas, "raw_batched": raw_batched}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -95,8 +102,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=600, help="steps of all envs per way and round (600: 6000 frames)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--per-env-resets", action="store_true",
+                        help="torchrl's reset of one environment at a time (task.batched_resets: false)")
+    parser.add_argument("--ways", nargs="+", default=None, help="only these ways (default: all)")
     args = parser.parse_args(argv)
-    ways = _ways(args.algorithm, args.num_envs, args.steps)
+    ways = _ways(args.algorithm, args.num_envs, args.steps, batched_resets=not args.per_env_resets)
+    if args.ways:
+        ways = {name: ways[name] for name in args.ways}
     times: dict[str, list[float]] = {name: [] for name in ways}
     for _ in range(args.rounds):
         for name, way in ways.items():
@@ -104,6 +116,7 @@ def main(argv: list[str] | None = None) -> dict:
             way()
             times[name].append(time.perf_counter() - start)
     result = {"algorithm": args.algorithm, "num_envs": args.num_envs, "steps": args.steps,
+              "batched_resets": not args.per_env_resets,
               "threads": torch.get_num_threads(),
               "seconds": {name: round(statistics.median(t), 4) for name, t in times.items()},
               "per_round": {name: [round(x, 4) for x in t] for name, t in times.items()}}

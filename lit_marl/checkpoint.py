@@ -223,6 +223,18 @@ def checked_meta(checkpoint: dict[str, Any], algorithm: str, task: Any,
     return meta
 
 
+#: task arguments that say how a task is simulated, not which task it is: a checkpoint resumes under either value
+#: (VMAS's batched or per-environment resets draw the finished environments' starts differently, nothing else)
+SIMULATION_SETTINGS = ("batched_resets",)
+
+
+def task_identity(config: Any) -> Any:
+    """A task's config without its :data:`SIMULATION_SETTINGS` (what a checkpoint's task must match)."""
+    if not isinstance(config, dict) or not isinstance(config.get("init_args"), dict):
+        return config
+    return {**config, "init_args": {k: v for k, v in config["init_args"].items() if k not in SIMULATION_SETTINGS}}
+
+
 def check_compatible(meta: dict[str, Any], algorithm: str, task_config: dict[str, Any], source: str,
                      group_map: dict[str, list[str]] | None = None) -> None:
     """Raise :class:`CheckpointError` when a checkpoint has another layout version or belongs to another
@@ -240,7 +252,7 @@ def check_compatible(meta: dict[str, Any], algorithm: str, task_config: dict[str
         raise CheckpointError(
             f"{source}: checkpoint is for algorithm {meta.get('algorithm')!r}, but the model is {algorithm!r}"
         )
-    if meta.get("task") != task_config:
+    if task_identity(meta.get("task")) != task_identity(task_config):
         raise CheckpointError(
             f"{source}: checkpoint is for task {meta.get('task')!r}, but the model's task is {task_config!r}"
         )

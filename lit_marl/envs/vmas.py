@@ -8,11 +8,12 @@ from typing import Any
 
 import torch
 import vmas
-from torchrl.envs import EnvBase, VmasEnv
+from torchrl.envs import EnvBase
 from typing_extensions import override
 
 from lit_marl.envs.base import Task
 from lit_marl.envs.grouping import check_grouping, group_agents
+from lit_marl.envs.vmas_batched import BatchedResetVmasEnv
 from lit_marl.utils import pack_numpy_rng, unpack_numpy_rng
 from lit_marl.errors import ConfigError, check_types, did_you_mean, positive_int
 
@@ -40,6 +41,9 @@ class VmasTask(Task):
         agent_groups: how agents form groups (each group has its own networks and loss): ``None`` groups
             agents by name prefix (``adversary_0`` → ``adversary``; VMAS's default), ``"all_in_one_group"``,
             ``"one_group_per_agent"``, or an explicit ``{group: [agent names]}``.
+        batched_resets: reset the environments that finished in one batched VMAS reset (:mod:`~lit_marl.envs.
+            vmas_batched`); False resets them one at a time as torchrl's ``VmasEnv`` (and BenchMARL) do. The two
+            give finished environments different, equally distributed starts from the same seed.
         **kwargs: more scenario parameters, merged into ``scenario_kwargs`` (Python convenience).
 
     Examples:
@@ -62,16 +66,19 @@ class VmasTask(Task):
         continuous_actions: bool = True,
         scenario_kwargs: dict[str, Any] | None = None,
         agent_groups: str | dict[str, list[str]] | None = None,
+        batched_resets: bool = True,
         **kwargs: Any,
     ) -> None:
         check_types(VmasTask.__init__, {"scenario": scenario, "max_steps": max_steps,
                                         "continuous_actions": continuous_actions, "scenario_kwargs": scenario_kwargs,
-                                        "agent_groups": agent_groups}, prefix="task.")
+                                        "agent_groups": agent_groups, "batched_resets": batched_resets},
+                    prefix="task.")
         if scenario not in VMAS_SCENARIOS:
             raise ConfigError(f"task.scenario: unknown VMAS scenario {scenario!r}; "
                               f"{did_you_mean(scenario, VMAS_SCENARIOS)}allowed: {', '.join(VMAS_SCENARIOS)}")
         positive_int("task.max_steps", max_steps)
         self.agent_groups = check_grouping(agent_groups)
+        self.batched_resets = batched_resets
         self.scenario = scenario
         self._max_steps = max_steps
         self._continuous_actions = bool(continuous_actions)
@@ -101,7 +108,7 @@ class VmasTask(Task):
             # a misspelt argument would otherwise train the scenario's default without a word
             warnings.filterwarnings("error", message=_UNUSED_KWARGS, category=UserWarning)
             try:
-                return VmasEnv(
+                return BatchedResetVmasEnv(
                     self.scenario,
                     num_envs=num_envs,
                     continuous_actions=self.continuous_actions,
@@ -112,6 +119,7 @@ class VmasTask(Task):
                     grad_enabled=grad_enabled,
                     scenario_kwargs=dict(self.scenario_kwargs),
                     group_map=group_map,
+                    batched_resets=self.batched_resets,
                 )
             except UserWarning as warning:
                 if not str(warning).startswith(_UNUSED_KWARGS):

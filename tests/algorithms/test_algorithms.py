@@ -217,7 +217,7 @@ def test_bad_argument_names_field_and_value(overrides, field, monkeypatch):
     def no_env(*args, **kwargs):
         pytest.fail("an environment was built before the argument was checked")  # passes Task.probing
 
-    monkeypatch.setattr("lit_marl.envs.vmas.VmasEnv", no_env)
+    monkeypatch.setattr("lit_marl.envs.vmas.BatchedResetVmasEnv", no_env)
     with pytest.raises(ConfigError, match=field) as err:
         MAPPO(tiny_task(), **tiny_kwargs(**overrides))
     assert str(next(iter(overrides.values()))) in str(err.value)

@@ -45,7 +45,8 @@ def test_config_round_trip_rebuilds_the_same_task():
     config = task.to_config()
     assert config == {"class_path": "lit_marl.envs.vmas.VmasTask",
                       "init_args": {"scenario": "navigation", "max_steps": 50, "continuous_actions": False,
-                                    "scenario_kwargs": {"n_agents": 2}, "agent_groups": None}}
+                                    "scenario_kwargs": {"n_agents": 2}, "agent_groups": None,
+                                    "batched_resets": True}}
     rebuilt = instantiate(config, Task, "task")
     assert rebuilt.to_config() == config and rebuilt.group_map == task.group_map
 

@@ -109,7 +109,7 @@ def no_env(monkeypatch):
     def refuse(*args, **kwargs):
         pytest.fail("an environment was built before the argument was checked")  # passes Task.probing
 
-    monkeypatch.setattr("lit_marl.envs.vmas.VmasEnv", refuse)
+    monkeypatch.setattr("lit_marl.envs.vmas.BatchedResetVmasEnv", refuse)
 
 
 def _assert_names(err: ConfigError, name: str, value: Any) -> None:
