@@ -74,7 +74,11 @@ def loss_params(loss) -> dict[str, list[torch.Tensor]]:
     return {name: [t.detach().clone() for t in tensors] for name, tensors in loss_params_live(loss).items()}
 
 
-def experiment(algorithm: str, max_frames: int, folder: Path):
+def experiment(algorithm: str, max_frames: int, folder: Path, callbacks=None, max_n_iters: int | None = None,
+               updates: int | None = None):
+    """BenchMARL's Experiment for ``algorithm`` on vmas/balance at its defaults (seed 0, CPU, no evaluation or
+    checkpoints); ``max_n_iters`` stops it after that many iterations while exploration still anneals over a third of
+    ``max_frames``; ``updates`` replaces the optimizer steps per iteration (off-policy) or the epochs (on-policy)."""
     from benchmarl import algorithms
     from benchmarl.environments import VmasTask
     from benchmarl.experiment import Experiment, ExperimentConfig
@@ -87,9 +91,14 @@ def experiment(algorithm: str, max_frames: int, folder: Path):
     config.evaluation = False
     config.prefer_continuous_actions = continuous
     config.sampling_device = config.train_device = "cpu"
+    if updates is not None:
+        config.off_policy_n_optimizer_steps = config.on_policy_n_minibatch_iters = updates
+    if max_n_iters is not None:
+        config.max_n_iters, config.exploration_anneal_frames = max_n_iters, max_frames // 3
     return Experiment(task=VmasTask.BALANCE.get_from_yaml(), algorithm_config=getattr(algorithms, config_name)
                       .get_from_yaml(), model_config=MlpConfig.get_from_yaml(),
-                      critic_model_config=MlpConfig.get_from_yaml(), seed=0, config=config)
+                      critic_model_config=MlpConfig.get_from_yaml(), seed=0, config=config,
+                      callbacks=callbacks)
 
 
 def main() -> None:

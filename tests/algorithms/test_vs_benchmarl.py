@@ -99,3 +99,55 @@ def test_the_harness_finds_an_environment_that_differs(monkeypatch):
     failed = {row["check"] for row in harness.compare("iql", 120_000).failed}
     assert any(name.startswith("env: next/agents/observation") for name in failed), failed
     assert all(name.startswith("env: ") for name in failed), failed
+
+
+def _run_harness():
+    spec = importlib.util.spec_from_file_location("vs_benchmarl_run_compare",
+                                                  ROOT / "benchmarks" / "vs_benchmarl" / "run_compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: whole iterations on BenchMARL's own collected batches: ITERATIONS iterations of UPDATES optimizer steps (off-policy)
+#: or epochs (on-policy) each, both sides alike (BenchMARL's defaults take minutes an iteration)
+ITERATIONS, UPDATES = 3, {"iddpg": 100, "qmix": 100, "mappo": 2}
+
+
+def _trained_checks(checks) -> list[dict]:
+    return [r for r in checks.rows if any(part in r["check"] for part in ("weights", "loss_", "exploration"))]
+
+
+@pytest.mark.benchmarl
+@pytest.mark.parametrize("algorithm", sorted(UPDATES))
+def test_whole_iterations_train_as_benchmarl_on_the_same_draws(algorithm):
+    """Issue 32: lit-marl's run through Lightning's Trainer and BenchMARL's own loop, fed the same random draws and
+    BenchMARL's collected batches, end every iteration with the same weights and targets (every loss term of every
+    step, exploration); lit-marl's own collections end their episodes where BenchMARL's do."""
+    run_harness = _run_harness()
+    checks, summary = run_harness.run(algorithm, ITERATIONS, 120_000, forced=True, updates=UPDATES[algorithm])
+    trained = _trained_checks(checks)
+    assert len(trained) > 10 * ITERATIONS
+    assert all(r["ok"] for r in trained), [r for r in trained if not r["ok"]]
+    assert all(row["next/done"] == 0 for row in summary), summary
+    assert all(all(v is None for k, v in row.items() if k.startswith("first step apart")) for row in summary)
+
+
+@pytest.mark.benchmarl
+def test_the_run_harness_sees_a_target_network_that_moves_half_as_often(monkeypatch):
+    """A loop defect one update cannot show: target networks moved after every other optimizer step."""
+    from lit_marl.algorithms.off_policy import OffPolicyLearner
+
+    step = OffPolicyLearner.after_step
+    calls = {"n": 0}
+
+    def every_other(self, batch):
+        calls["n"] += 1
+        if calls["n"] % 2:
+            return step(self, batch)
+        return None
+
+    monkeypatch.setattr(OffPolicyLearner, "after_step", every_other)
+    checks, _ = _run_harness().run("iddpg", ITERATIONS, 120_000, forced=True, updates=UPDATES["iddpg"])
+    failed = {r["check"] for r in _trained_checks(checks) if not r["ok"]}
+    assert any("target_value_network_params" in name for name in failed), failed
