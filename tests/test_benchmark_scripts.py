@@ -42,8 +42,27 @@ def test_the_collection_benchmark_times_every_way_of_stepping_vmas(tmp_path):
     result = collection.main(["--algorithm", "maddpg", "--num-envs", "2", "--steps", "3", "--rounds", "2",
                               "--out", str(out)])
     assert json.loads(out.read_text()) == result
-    assert set(result["seconds"]) == {"collector", "hand_loop", "rollout", "policy", "torchrl_env", "raw_vmas"}
+    assert set(result["seconds"]) == {"collector", "hand_loop", "rollout", "policy", "torchrl_env", "raw_vmas",
+                                      "raw_batched"}
     assert all(len(times) == 2 and min(times) > 0 for times in result["per_round"].values())
+    assert result["batched_resets"] is True
+    per_env = collection.main(["--algorithm", "maddpg", "--num-envs", "2", "--steps", "3", "--rounds", "1", "--per-env-resets", "--ways",
+                               "torchrl_env", "--out", str(out)])
+    assert per_env["batched_resets"] is False and set(per_env["seconds"]) == {"torchrl_env"}
+
+
+def test_the_speed_comparison_times_lit_marls_side_with_either_reset(tmp_path):
+    """benchmarks/vs_benchmarl/speed.py's lit-marl side (BenchMARL's needs its venv: run by hand)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("speed", ROOT / "benchmarks" / "vs_benchmarl" / "speed.py")
+    speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(speed)
+    for batched in (True, False):
+        result = speed.lit_marl_side(4, 5, 1, 10, 2, batched=batched)
+        assert result["iterations"] == 2 and result["frames_per_iteration"] == 20
+        assert result["collection_s"] > 0 and result["update_s"] > 0
+        assert result["side"].endswith("(per-env resets)") != batched
 
 
 def test_the_weights_comparison_finds_a_one_ulp_difference_and_a_missing_tensor(tmp_path, capsys):
