@@ -53,6 +53,7 @@ import yaml
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, did_you_mean, one_of, positive_int
 from lit_marl.evaluation.io import write_atomic, write_json
+from lit_marl.reading import json_kind, read_yaml
 from lit_marl.slurm.settings import LAUNCHERS, add_launcher_arguments, parse_settings
 from lit_marl.utils import instantiate
 
@@ -111,12 +112,10 @@ def _check_model_keys(overrides: dict[str, Any], algorithm: type, where: str) ->
 
 
 def _read_yaml(path: Path, field_name: str) -> dict[str, Any]:
-    if not path.is_file():
-        raise ConfigError(f"{field_name}: {str(path)!r} does not exist")
-    data = yaml.safe_load(path.read_text())
-    if not isinstance(data, dict):
-        raise ConfigError(f"{field_name}: {str(path)!r} is not a YAML mapping")
-    return data
+    """A grid or base config: a YAML mapping, refused by name when missing, a folder, binary (a checkpoint), not YAML
+    or not a mapping."""
+    return read_yaml(path, f"{field_name}:", "a YAML file holding a mapping (a grid, or a lit-marl fit config)",
+                     lambda data: None if isinstance(data, dict) else f"{json_kind(data)}, not a mapping")
 
 
 def _resolve(path: str, grid_file: Path) -> Path:

@@ -26,18 +26,15 @@ import yaml
 
 from lit_marl.atomic import write_atomic
 from lit_marl.errors import ConfigError, positive_int
+from lit_marl.reading import read_yaml
 from lit_marl.slurm.settings import LAUNCHERS, add_launcher_arguments
 from lit_marl.tune.space import DIRECTIONS, OBJECTIVES, TuneSettings, parse_settings
 from lit_marl.tune.study import BASE_CONFIG, JOURNAL, SETTINGS_FILE, STUDY_NAME, Worker, journal_storage, with_params
 
 
 def _read_yaml(path: str | os.PathLike, field_name: str) -> Any:
-    if not Path(path).is_file():
-        raise ConfigError(f"{field_name}: {str(path)!r} does not exist")
-    try:
-        return yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{field_name}: {str(path)!r} is not valid YAML: {err}") from None
+    """A config or search space: a YAML file, refused by name when missing, a folder, binary or not YAML."""
+    return read_yaml(path, f"{field_name}:", "a YAML file (a lit-marl fit config, or a search space)")
 
 
 def config_keys(config_path: str | os.PathLike) -> set[str]:
