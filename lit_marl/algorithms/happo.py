@@ -50,12 +50,13 @@ class SequentialPPO(PPO):
     supports_recurrent: ClassVar[bool] = False
 
     def __init__(self, task, group, run, share_policy_params: bool = False, **kwargs: Any) -> None:
+        name = self._algorithm(run)
         if share_policy_params is not False:
-            raise ConfigError(f"share_policy_params: {share_policy_params!r}; HAPPO gives every agent a policy of its "
+            raise ConfigError(f"share_policy_params: {share_policy_params!r}; {name} gives every agent a policy of its "
                               f"own and updates them one after another; allowed: false")
         if kwargs.get("minibatch_advantage", False) is not False:
             raise ConfigError(f"minibatch_advantage: {kwargs['minibatch_advantage']!r} would normalise factor × "
-                              f"advantage again in every minibatch; HAPPO normalises the advantage over the batch "
+                              f"advantage again in every minibatch; {name} normalises the advantage over the batch "
                               f"before the product (as HARL); allowed: false")
         self.phase: tuple[str, int | None] = ("idle", None)
         super().__init__(task, group, run, share_policy_params=False, **kwargs)
@@ -64,8 +65,13 @@ class SequentialPPO(PPO):
     def validate(self) -> None:
         super().validate()
         if type(self.actor_model) is not Mlp:
-            raise ConfigError(f"actor_model: {type(self.actor_model).__name__}; HAPPO builds one network per agent "
-                              f"from the observation, for now from Mlp only; allowed: Mlp")
+            raise ConfigError(f"actor_model: {type(self.actor_model).__name__}; {self._algorithm(self.run)} builds one "
+                              f"network per agent from the observation, for now from Mlp only; allowed: Mlp")
+
+    @staticmethod
+    def _algorithm(run: Any) -> str:
+        """The run's algorithm as refusals name it (HAPPO, HATRPO)."""
+        return str(getattr(run, "algorithm_name", "happo")).upper()
 
     @property
     def n_agents(self) -> int:

@@ -103,3 +103,9 @@ def test_hatrpo_resumes_bitwise_with_the_same_orders(tmp_path):
 def test_bad_trust_region_settings_are_refused_by_name(overrides, field):
     with pytest.raises(ConfigError, match=f"^{field}: "):
         _hatrpo(**overrides)
+
+
+def test_a_refusal_names_hatrpo_not_happo():
+    with pytest.raises(ConfigError, match="HATRPO gives every agent a policy") as err:
+        _hatrpo(share_policy_params=True)
+    assert "HAPPO" not in str(err.value)
