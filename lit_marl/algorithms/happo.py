@@ -48,9 +48,11 @@ class SequentialPPO(PPO):
     """
 
     supports_recurrent: ClassVar[bool] = False
+    #: the algorithm refusals name
+    algorithm_label: ClassVar[str] = "HAPPO"
 
     def __init__(self, task, group, run, share_policy_params: bool = False, **kwargs: Any) -> None:
-        name = self._algorithm(run)
+        name = self.algorithm_label
         if share_policy_params is not False:
             raise ConfigError(f"share_policy_params: {share_policy_params!r}; {name} gives every agent a policy of its "
                               f"own and updates them one after another; allowed: false")
@@ -65,13 +67,9 @@ class SequentialPPO(PPO):
     def validate(self) -> None:
         super().validate()
         if type(self.actor_model) is not Mlp:
-            raise ConfigError(f"actor_model: {type(self.actor_model).__name__}; {self._algorithm(self.run)} builds one "
+            raise ConfigError(f"actor_model: {type(self.actor_model).__name__}; {self.algorithm_label} builds one "
                               f"network per agent from the observation, for now from Mlp only; allowed: Mlp")
 
-    @staticmethod
-    def _algorithm(run: Any) -> str:
-        """The run's algorithm as refusals name it (HAPPO, HATRPO)."""
-        return str(getattr(run, "algorithm_name", "happo")).upper()
 
     @property
     def n_agents(self) -> int:

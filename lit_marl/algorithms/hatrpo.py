@@ -36,6 +36,8 @@ class TrustRegionPPO(SequentialPPO):
         accept_ratio: the least share of its first-order improvement an accepted step must realise.
     """
 
+    algorithm_label: ClassVar[str] = "HATRPO"
+
     def __init__(self, task, group, run, kl_threshold: float = 0.01, cg_iterations: int = 10,
                  cg_damping: float = 0.1, line_search_steps: int = 10, backtrack_coef: float = 0.8,
                  accept_ratio: float = 0.5, **kwargs: Any) -> None:
