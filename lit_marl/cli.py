@@ -167,6 +167,10 @@ class LitMarlCLI(LightningCLI):
         ckpt_path = config.get("ckpt_path")
         if ckpt_path is not None and str(ckpt_path) == "last":
             ckpt_path = config["ckpt_path"] = str(last_checkpoint_of(config.get("trainer", {}).get("logger")))
+        if not ckpt_path and self.subcommand in ("validate", "test"):
+            print(f"lit-marl {self.subcommand}: no --ckpt_path: evaluating the config's untrained (freshly "
+                  f"initialised) weights; --ckpt_path <run>/checkpoints/last.ckpt evaluates a trained policy",
+                  file=sys.stderr)
         if not ckpt_path or str(ckpt_path) in LIGHTNING_CKPT_ALIASES:
             return
         checkpoint = read_checkpoint(ckpt_path)

@@ -27,6 +27,10 @@ from lit_marl.reading import json_kind, read_json
 EVAL_INFO = "eval_info.json"
 
 
+#: eval_info.json's ``weights`` where no checkpoint was given (``lit-marl test`` without ``--ckpt_path``)
+UNTRAINED = "untrained: no checkpoint was given, the config's freshly initialised weights were evaluated"
+
+
 def build_eval_info(module, batches: list[dict[str, int]], rollouts: list[TensorDictBase], seconds: float,
                     checkpoint: str | None, confidence: float = CONFIDENCE,
                     n_resamples: int = N_RESAMPLES) -> dict[str, Any]:
@@ -52,6 +56,8 @@ def build_eval_info(module, batches: list[dict[str, int]], rollouts: list[Tensor
     return {
         "task": module.task.name,
         "algorithm": module.algorithm_name,
+        # what was evaluated: a checkpoint's weights, or (no checkpoint given) the config's freshly initialised ones
+        "weights": "checkpoint" if checkpoint is not None else UNTRAINED,
         "deterministic": module.evaluation_deterministic,
         "per_episode": per_episode,
         "aggregated": aggregated,
