@@ -52,6 +52,16 @@ def shares(algorithm: Any, world_size: int, stage: str = "fit") -> list[str]:
                 sizes[name] = getattr(algorithm, name)
     problems = [f"{name}: {value} is not a multiple of the {world_size} processes; allowed: a multiple such as "
                 f"{max(1, value // world_size) * world_size}" for name, value in sizes.items() if value % world_size]
+    if stage == "fit":
+        sequential = sorted({type(learner).algorithm_label for learner in getattr(algorithm, "learners", {}).values()
+                             if getattr(learner, "sequential_agents", False)})
+        if sequential:
+            problems.append(f"model: {', '.join(sequential)} trains one agent after another in an order each process "
+                            f"would draw for itself (and steps no optimizer on some minibatches, which DDP refuses); "
+                            f"not yet across processes, allowed: trainer.devices 1 and trainer.num_nodes 1")
+        if getattr(algorithm, "nan_policy", None) == "skip":
+            problems.append("nan_policy: 'skip' skips a step by returning no loss, which Lightning refuses under DDP; "
+                            "allowed: 'stop' (or one process)")
     if stage == "fit" and not problems and (algorithm.frames_per_batch // world_size) % (algorithm.num_envs // world_size):
         problems.append(f"frames_per_batch: {algorithm.frames_per_batch} / {world_size} processes is not a multiple of "
                         f"num_envs / {world_size} = {algorithm.num_envs // world_size} envs per process")

@@ -119,6 +119,21 @@ def test_sizes_that_do_not_split_over_the_processes_are_named():
                                         "multiple such as 99"]
 
 
+def test_happo_hatrpo_and_nan_policy_skip_are_refused_across_processes_by_name():
+    """Issue 34: HAPPO and HATRPO draw their agent order per process and step no optimizer on some minibatches (DDP
+    crashed on unused parameters, or on a training_step returning None); nan_policy skip returns None too."""
+    from lit_marl.algorithms import HAPPO, HATRPO
+
+    task = tiny_task("balance", scenario_kwargs={"n_agents": 3})
+    for cls, name in ((HAPPO, "HAPPO"), (HATRPO, "HATRPO")):
+        problems = shares(cls(task, **tiny_kwargs(num_envs=4, frames_per_batch=40, minibatch_size=20)), 2)
+        assert any(p.startswith(f"model: {name} trains one agent after another") for p in problems), problems
+        assert shares(cls(task, **tiny_kwargs()), 1) == []
+    skipping = MAPPO(tiny_task(), **tiny_kwargs(nan_policy="skip"))
+    assert any(p.startswith("nan_policy: 'skip'") for p in shares(skipping, 2))
+    assert not any(p.startswith("nan_policy") for p in shares(skipping, 2, "test"))
+
+
 @pytest.mark.slow
 def test_two_process_run_killed_mid_training_resumes_counters_and_buffers(tmp_path):
     """SIGKILL the whole process group of a 2-process MADDPG fit once a checkpoint exists, resume from last.ckpt."""

@@ -52,6 +52,13 @@ class Ensemble(MarlAlgorithm):
             raise ConfigError(f"algorithms: expected one entry per agent group, {{group: {{class_path, init_args}}}}, "
                               f"got {algorithms!r}")
         self._configured = {str(g): algorithm_entry(f"algorithms.{g}", entry) for g, entry in algorithms.items()}
+        for group, (cls, _) in self._configured.items():
+            learner = getattr(cls, "learner_class", None)
+            if getattr(learner, "sequential_agents", False):
+                raise ConfigError(
+                    f"algorithms.{group}: {cls.__name__} trains its agents one after another, in an order its own run "
+                    f"draws each iteration; an ensemble's shared loop would never train them (they would stay "
+                    f"idle). Allowed here: MAPPO, IPPO (or {cls.__name__} for the whole task, without an ensemble)")
         kinds = {g: cls.on_policy for g, (cls, _) in self._configured.items()}
         if len(set(kinds.values())) > 1:
             described = ", ".join(f"{g}: {self._configured[g][0].__name__} ({'on' if on else 'off'}-policy)"

@@ -50,6 +50,8 @@ class SequentialPPO(PPO):
     supports_recurrent: ClassVar[bool] = False
     #: the algorithm refusals name
     algorithm_label: ClassVar[str] = "HAPPO"
+    #: trains its group's agents one after another (the run's order): an Ensemble's loop and DDP refuse it for now
+    sequential_agents: ClassVar[bool] = True
 
     def __init__(self, task, group, run, share_policy_params: bool = False, **kwargs: Any) -> None:
         name = self.algorithm_label

@@ -16,7 +16,7 @@ from lit_marl.algorithms import DDPG, IPPO, MADDPG, MAPPO, MASAC, SAC, Ensemble
 from lit_marl.cli import main
 from lit_marl.envs import VmasTask
 from lit_marl.errors import ConfigError
-from tests.helpers.tiny import CONFIGS, tiny_trainer
+from tests.helpers.tiny import CONFIGS, tiny_task, tiny_trainer
 
 MLP = {"class_path": "lit_marl.models.Mlp", "init_args": {"num_cells": [32, 32]}}
 SHARED = dict(frames_per_batch=40, num_envs=4, max_frames=10_000, evaluation_episodes=4)
@@ -193,3 +193,16 @@ def test_cli_refuses_a_mixed_ensemble_before_anything_runs(tmp_path, capsys):
     assert exit_info.value.code == 2
     assert "algorithms: adversary: MAPPO (on-policy), agent: MASAC (off-policy)" in capsys.readouterr().err
     assert not Path("runs").exists() or not list(Path("runs").glob("*/version_*"))
+
+
+@pytest.mark.parametrize("sequential", ["HAPPO", "HATRPO"])
+def test_a_sequential_agents_algorithm_in_an_ensemble_is_refused_by_name(sequential):
+    """Issue 34: HAPPO (or HATRPO) beside MAPPO in an ensemble stayed idle (its loss empty, its weights unmoved)
+    under the ensemble's loop: refused until that loop can train agents one after another."""
+    from lit_marl.errors import ConfigError
+
+    algorithms = {"agent_0": {"class_path": f"lit_marl.algorithms.{sequential}"},
+                  "agent_1": {"class_path": "lit_marl.algorithms.MAPPO"}}
+    with pytest.raises(ConfigError, match=f"algorithms.agent_0: {sequential} trains its agents one after another"):
+        Ensemble(tiny_task("balance", scenario_kwargs={"n_agents": 2}, agent_groups="one_group_per_agent"),
+                 algorithms)
