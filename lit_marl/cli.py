@@ -47,7 +47,8 @@ from lit_marl.cli_args import merge_simulator_kwargs
 from lit_marl.cli_errors import LitMarlArgumentParser, find_cause
 from lit_marl.distributed import check_shares, check_strategy
 from lit_marl.envs.base import Task
-from lit_marl.errors import ConfigError, NumericalError, check_gradient_clipping
+from lit_marl.errors import ConfigError, NumericalError, check_gradient_clipping, did_you_mean
+from lit_marl.reading import read_text
 from lit_marl.callbacks import EvaluationReport
 from lit_marl.run_folders import (
     DEFAULT_LOGGER,
@@ -301,6 +302,20 @@ def _count_interrupts():
     return previous
 
 
+def check_command_line(argv: list[str]) -> None:
+    """What LightningCLI's parser would answer with a traceback or with its three commands only: a command lit-marl
+    does not have (every command is offered, with the closest), and a ``--config`` file that is not text (a
+    checkpoint, binary data), a folder or missing (refused by name, as every input file is)."""
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        raise ConfigError(f"command {argv[0]!r} is not one of lit-marl's; {did_you_mean(argv[0], COMMANDS)}allowed: "
+                          f"{', '.join(COMMANDS)} (lit-marl --help)")
+    for i, arg in enumerate(argv):
+        path = argv[i + 1] if arg == "--config" and i + 1 < len(argv) else arg.partition("=")[2] \
+            if arg.startswith("--config=") else None
+        if path:
+            read_text(path, "--config", "a lit-marl config YAML (configs/<name>.yaml, or a run's config.yaml)", "YAML")
+
+
 def _run(args: list[str] | None) -> None:
     argv = sys.argv[1:] if args is None else list(args)
     if not argv or argv[0] in ("-h", "--help"):
@@ -312,6 +327,7 @@ def _run(args: list[str] | None) -> None:
             if code:
                 raise SystemExit(code)
             return
+        check_command_line(argv)
         cli = LitMarlCLI(args=args)
     except ValueError as err:
         config_error = _find_config_error(err)

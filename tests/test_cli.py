@@ -216,4 +216,26 @@ def test_help_lists_every_command_in_marl_terms(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["predict", "--config", str(CONFIGS / "quickstart.yaml")])
     assert exit_info.value.code == 2
-    assert "invalid choice: 'predict'" in capsys.readouterr().err
+    assert "command 'predict' is not one of lit-marl's" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["fitt"], "command 'fitt' is not one of lit-marl's; did you mean 'fit', 'test'? allowed: fit, validate, test, "
+               "benchmark, report, compare, export, tune"),
+    (["benchmrk"], "did you mean 'benchmark'?"),
+    (["fit", "--config", "{ckpt}"], "--config '{ckpt}' is a checkpoint (zip archive, as torch.save writes), not YAML"),
+    (["fit", "--config", "{tmp}"], "--config '{tmp}' is a folder, not a file"),
+    (["validate", "--config={tmp}/nope.yaml"], "--config '{tmp}/nope.yaml' is missing (no such file)"),
+])
+def test_a_mistyped_command_or_a_config_that_is_no_yaml_is_refused_in_one_line(argv, said, tmp_path, capsys):
+    """Issue 34: 'lit-marl fitt' offered only fit, validate, test; a checkpoint as --config was a UnicodeDecodeError
+    traceback."""
+    import torch
+
+    torch.save({"state_dict": {}}, tmp_path / "last.ckpt")
+    fill = {"ckpt": str(tmp_path / "last.ckpt"), "tmp": str(tmp_path)}
+    with pytest.raises(SystemExit) as exit_info:
+        main([a.format(**fill) for a in argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert said.format(**fill) in err and "Traceback" not in err
