@@ -29,6 +29,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 from jsonargparse import Namespace
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
@@ -164,6 +165,7 @@ class LitMarlCLI(LightningCLI):
         # before the Trainer is built: Lightning would raise on a bad algorithm with a traceback, and train with a
         # negative value (lit-marl's per-group clipping would flip every gradient)
         check_gradient_clipping(trainer.get("gradient_clip_val"), trainer.get("gradient_clip_algorithm"))
+        check_accelerator(trainer.get("accelerator"))
         keep_a_run_folder(config)
         ckpt_path = config.get("ckpt_path")
         if ckpt_path is not None and str(ckpt_path) == "last":
@@ -300,6 +302,22 @@ def _count_interrupts():
     previous = signal.getsignal(signal.SIGINT)
     signal.signal(signal.SIGINT, handler)
     return previous
+
+
+def check_accelerator(accelerator: Any) -> None:
+    """``trainer.accelerator`` naming a device this machine lacks, refused by name before anything is built (Lightning
+    raised a MisconfigurationException with a traceback)."""
+    if not isinstance(accelerator, str) or accelerator not in ("gpu", "cuda", "mps", "tpu"):
+        return
+    from lightning.pytorch.accelerators import CUDAAccelerator, MPSAccelerator, XLAAccelerator
+
+    found = {"cuda": CUDAAccelerator.is_available(), "mps": MPSAccelerator.is_available(),
+             "tpu": XLAAccelerator.is_available()}
+    found["gpu"] = found["cuda"] or found["mps"]
+    if not found[accelerator]:
+        here = [name for name in ("cuda", "mps", "tpu") if found[name]]
+        raise ConfigError(f"trainer.accelerator: {accelerator!r}, but this machine has no such device (torch "
+                          f"{torch.__version__} sees none); allowed here: cpu, auto{''.join(', ' + h for h in here)}")
 
 
 def check_command_line(argv: list[str]) -> None:

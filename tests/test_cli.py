@@ -239,3 +239,14 @@ def test_a_mistyped_command_or_a_config_that_is_no_yaml_is_refused_in_one_line(a
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert said.format(**fill) in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_an_accelerator_this_machine_lacks_is_refused_by_name_and_leaves_no_folder(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(CONFIGS / "quickstart.yaml"), "--trainer.accelerator", "gpu",
+              "--trainer.default_root_dir", str(tmp_path / "runs")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "trainer.accelerator: 'gpu', but this machine has no such device" in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*"))
