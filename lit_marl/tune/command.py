@@ -28,6 +28,7 @@ from lit_marl.atomic import write_atomic
 from lit_marl.errors import ConfigError, positive_int
 from lit_marl.reading import read_yaml
 from lit_marl.slurm.settings import LAUNCHERS, add_launcher_arguments
+from lit_marl.tune.journal import check_journal
 from lit_marl.tune.space import DIRECTIONS, OBJECTIVES, TuneSettings, parse_settings
 from lit_marl.tune.study import BASE_CONFIG, JOURNAL, SETTINGS_FILE, STUDY_NAME, Worker, journal_storage, with_params
 
@@ -66,24 +67,29 @@ def check(config_path: str, space_path: str, overrides: dict[str, Any]) -> tuple
     return settings, config
 
 
-def prepare(root: Path, settings: TuneSettings, config: dict[str, Any]):
-    """The study folder and its study (created, or continued when the same config and settings made it)."""
+def prepare(root: Path, settings: TuneSettings, config: dict[str, Any], new_study: str = "lit-marl tune --config "
+            "<config> --space <space> --out <a new folder>"):
+    """The study folder and its study (created, or continued when the same config and settings made it). A study
+    file that cannot be read is refused by name (a torn last journal record is set aside: :mod:`.journal`)."""
     import optuna
 
     kept = root / SETTINGS_FILE
-    if not kept.is_file() and root.is_dir() and any(root.iterdir()):
+    if not kept.exists() and root.is_dir() and any(root.iterdir()):
         raise ConfigError(f"out: {str(root)!r} holds files but no study ({SETTINGS_FILE} is missing); allowed: a new "
                           f"or empty folder, or the folder of a study to continue")
-    if kept.is_file():
-        before = yaml.safe_load(kept.read_text())
+    if kept.exists():
+        allowed = f"the study's own file as lit-marl tune wrote it; or a new study: {new_study}"
+        mapping = (lambda data: None if isinstance(data, dict) else "not a mapping")  # noqa: E731
+        before = read_yaml(kept, "out: the study's settings", allowed, mapping)
         now = settings.as_dict()
         changed = sorted(k for k in now if k != "trials" and before.get(k) != now[k])
-        if yaml.safe_load((root / BASE_CONFIG).read_text()) != config:
+        if read_yaml(root / BASE_CONFIG, "out: the study's config", allowed, mapping) != config:
             changed.insert(0, "config")
         if changed:
             raise ConfigError(f"{changed[0]}: differs from the study in {str(root)!r} (changed: {', '.join(changed)}); "
                               f"allowed: the same config and settings to continue it (only trials may change), or "
                               f"another --out for a new study")
+        check_journal(root / JOURNAL, new_study)
     root.mkdir(parents=True, exist_ok=True)
     write_atomic(root / BASE_CONFIG, yaml.safe_dump(config, sort_keys=False), overwrite=True)
     write_atomic(kept, yaml.safe_dump(settings.as_dict(), sort_keys=False), overwrite=True)
@@ -181,7 +187,8 @@ def main(argv: list[str]) -> int:
         from lit_marl.slurm.settings import check_cluster
 
         check_cluster(slurm)  # before the study folder is written
-    study = prepare(root, settings, config)
+    study = prepare(root, settings, config, new_study=f"lit-marl tune --config {args.config} --space {args.space} "
+                                                      f"--out <a new folder>")
     print(f"lit-marl tune {root}: {len(study.trials)} trials so far, up to {settings.trials}, {workers} worker(s); "
           f"{settings.objective} ({settings.direction}) over seeds {settings.seeds}", flush=True)
     if launcher == "slurm":
