@@ -19,9 +19,10 @@ from lit_marl import algorithms
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _harness():
-    spec = importlib.util.spec_from_file_location("vs_benchmarl_compare",
-                                                  ROOT / "benchmarks" / "vs_benchmarl" / "compare.py")
+def _harness(script: str = "compare"):
+    """A script of benchmarks/vs_benchmarl/ as a module (``compare``: one update; ``run_compare``: whole runs)."""
+    spec = importlib.util.spec_from_file_location(f"vs_benchmarl_{script}",
+                                                  ROOT / "benchmarks" / "vs_benchmarl" / f"{script}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -101,14 +102,6 @@ def test_the_harness_finds_an_environment_that_differs(monkeypatch):
     assert all(name.startswith("env: ") for name in failed), failed
 
 
-def _run_harness():
-    spec = importlib.util.spec_from_file_location("vs_benchmarl_run_compare",
-                                                  ROOT / "benchmarks" / "vs_benchmarl" / "run_compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 #: whole iterations on BenchMARL's own collected batches: ITERATIONS iterations of UPDATES optimizer steps (off-policy)
 #: or epochs (on-policy) each, both sides alike (BenchMARL's defaults take minutes an iteration)
 ITERATIONS, UPDATES = 3, {"iddpg": 100, "qmix": 100, "mappo": 2}
@@ -124,7 +117,7 @@ def test_whole_iterations_train_as_benchmarl_on_the_same_draws(algorithm):
     """Issue 32: lit-marl's run through Lightning's Trainer and BenchMARL's own loop, fed the same random draws and
     BenchMARL's collected batches, end every iteration with the same weights and targets (every loss term of every
     step, exploration); lit-marl's own collections end their episodes where BenchMARL's do."""
-    run_harness = _run_harness()
+    run_harness = _harness("run_compare")
     checks, summary = run_harness.run(algorithm, ITERATIONS, 120_000, forced=True, updates=UPDATES[algorithm])
     trained = _trained_checks(checks)
     assert len(trained) > 10 * ITERATIONS
@@ -148,6 +141,6 @@ def test_the_run_harness_sees_a_target_network_that_moves_half_as_often(monkeypa
         return None
 
     monkeypatch.setattr(OffPolicyLearner, "after_step", every_other)
-    checks, _ = _run_harness().run("iddpg", ITERATIONS, 120_000, forced=True, updates=UPDATES["iddpg"])
+    checks, _ = _harness("run_compare").run("iddpg", ITERATIONS, 120_000, forced=True, updates=UPDATES["iddpg"])
     failed = {r["check"] for r in _trained_checks(checks) if not r["ok"]}
     assert any("target_value_network_params" in name for name in failed), failed
