@@ -279,14 +279,31 @@ def main(args: list[str] | None = None) -> None:
         if Interrupts.count and not (isinstance(err, SystemExit) and err.code in (0, None, EXIT_INTERRUPTED)):
             # Ctrl-C outside training, or a second one: whatever it surfaced as (Lightning's exit 1, an error
             # from inside torchrl), the user pressed Ctrl-C
-            kept = (f"the last checkpoint, {Interrupts.checkpoint}, is whole; resume with --ckpt_path "
-                    f"{Interrupts.checkpoint}" if Interrupts.checkpoint else "no checkpoint of this run was written")
-            print(f"lit-marl: stopped by Ctrl-C; {kept}", file=sys.stderr)
+            argv = sys.argv[1:] if args is None else list(args)
+            print(f"lit-marl: stopped by Ctrl-C; {checkpoints_after_ctrl_c(argv[0] if argv else '')}",
+                  file=sys.stderr)
             raise SystemExit(EXIT_INTERRUPTED) from None
         raise
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+
+
+def checkpoints_after_ctrl_c(command: str) -> str:
+    """What a Ctrl-C left on disk, truly: the checkpoint this process wrote as it stopped, else the run's last one;
+    for ``benchmark`` and ``tune``, whose runs checkpoint in processes of their own, how to continue them."""
+    if command == "benchmark":
+        return ("every run's checkpoints on disk are whole; the same command continues the grid (finished runs are "
+                "skipped, interrupted ones resume from their last.ckpt)")
+    if command == "tune":
+        return "the study's journal is whole and its running trials were queued again; the same command continues it"
+    last = Interrupts.checkpoint
+    if last is None:
+        found = [folder / "checkpoints" / "last.ckpt" for folder in NEW_RUN_FOLDERS]
+        last = next((str(path) for path in found if path.is_file()), None)
+    if last is None:
+        return "no checkpoint of this run was written"
+    return f"the last checkpoint, {last}, is whole; resume with --ckpt_path {last}"
 
 
 def _count_interrupts():

@@ -250,3 +250,21 @@ def test_an_accelerator_this_machine_lacks_is_refused_by_name_and_leaves_no_fold
     err = capsys.readouterr().err
     assert "trainer.accelerator: 'gpu', but this machine has no such device" in err and "Traceback" not in err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*"))
+
+
+def test_a_ctrl_c_says_the_true_state_of_the_checkpoints(tmp_path, monkeypatch):
+    """Issue 34: Ctrl-C on benchmark and tune said 'no checkpoint of this run was written' while runs had their
+    last.ckpt; so did fit when the signal came outside training after checkpoints were written."""
+    from lit_marl.callbacks.preemption import Interrupts
+    from lit_marl.cli import checkpoints_after_ctrl_c
+
+    Interrupts.reset()
+    monkeypatch.setattr("lit_marl.cli.NEW_RUN_FOLDERS", [tmp_path / "version_0"])
+    assert "the same command continues the grid" in checkpoints_after_ctrl_c("benchmark")
+    assert "the same command continues it" in checkpoints_after_ctrl_c("tune")
+    assert checkpoints_after_ctrl_c("fit") == "no checkpoint of this run was written"
+    (tmp_path / "version_0" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "version_0" / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    said = checkpoints_after_ctrl_c("fit")
+    assert said.startswith("the last checkpoint, ") and said.endswith(str(tmp_path / "version_0" / "checkpoints" /
+                                                                          "last.ckpt"))
