@@ -166,6 +166,10 @@ class LitMarlCLI(LightningCLI):
         # negative value (lit-marl's per-group clipping would flip every gradient)
         check_gradient_clipping(trainer.get("gradient_clip_val"), trainer.get("gradient_clip_algorithm"))
         check_accelerator(trainer.get("accelerator"))
+        if self.subcommand == "fit" and trainer.get("max_epochs") == 0:
+            raise ConfigError("trainer.max_epochs: 0 trains nothing (and would leave an empty run folder); allowed: -1 "
+                              "(the frame budget, model.init_args.max_frames, ends training) or a number of iterations "
+                              ">= 1")
         keep_a_run_folder(config)
         ckpt_path = config.get("ckpt_path")
         if ckpt_path is not None and str(ckpt_path) == "last":
@@ -185,6 +189,11 @@ class LitMarlCLI(LightningCLI):
         algorithm = getattr(importlib.import_module(module_name), cls_name)
         task = instantiate(model["init_args"]["task"].as_dict(), Task, "model.init_args.task")
         check_compatible(meta, algorithm.algorithm_name, task.to_config(), f"ckpt_path {str(ckpt_path)!r}")
+        max_frames = model["init_args"].get("max_frames")
+        if self.subcommand == "fit" and isinstance(max_frames, int) and int(meta.get("frames", 0)) >= max_frames:
+            raise ConfigError(f"ckpt_path {str(ckpt_path)!r}: its run has collected {int(meta['frames'])} frames of "
+                              f"model.init_args.max_frames {max_frames}: nothing is left to train (and the run folder "
+                              f"would stay empty); allowed: a larger --model.init_args.max_frames to continue it")
 
     def _refuse_used_run_folder(self) -> None:
         """Refuse a run folder that already holds files, or cannot be written, before the Trainer starts: once

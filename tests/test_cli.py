@@ -112,6 +112,22 @@ def test_resume_and_validate_from_a_run_folder(tmp_path):
     assert any(r.get("val/return") for r in rows)
 
 
+def test_a_fit_with_nothing_to_train_is_refused_and_leaves_no_folder(tmp_path, capsys):
+    """Issue 34: --trainer.max_epochs 0, and --ckpt_path of a run that reached its max_frames, each left an empty
+    version folder."""
+    config = tiny_balance(tmp_path / "tiny.yaml")
+    fit_config(config)  # 2 iterations: 80 frames of max_frames 80
+    (first,) = run_dirs()
+    for extra, said in ((["--trainer.max_epochs", "0"], "trainer.max_epochs: 0 trains nothing"),
+                        (["--ckpt_path", str(first / "checkpoints" / "last.ckpt")],
+                         "its run has collected 80 frames of model.init_args.max_frames 80: nothing is left to train")):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_info:
+            main(["fit", "--config", str(first / "config.yaml"), *extra])
+        assert exit_info.value.code == 2 and said in capsys.readouterr().err
+        assert sorted(Path("runs").glob("*/version_*")) == [first]  # no new folder, not even an empty one
+
+
 def _digest(root: Path) -> dict[str, str]:
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
 
