@@ -164,7 +164,7 @@ def test_bad_off_policy_argument_names_field(overrides, fragments, monkeypatch):
     def no_env(*args, **kwargs):
         pytest.fail("an environment was built before the argument was checked")  # passes Task.probing
 
-    monkeypatch.setattr("lit_marl.envs.vmas.VmasEnv", no_env)
+    monkeypatch.setattr("lit_marl.envs.vmas.BatchedResetVmasEnv", no_env)
     with pytest.raises(ConfigError) as err:
         MADDPG(tiny_task(), **ddpg_kwargs(**overrides))
     for fragment in fragments:
