@@ -8,6 +8,7 @@ and evaluate with.
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import traceback
 from abc import ABC, abstractmethod
@@ -139,6 +140,24 @@ class Task(Configurable, ABC):
         except Exception as err:
             raise ConfigError(self._probe_failure(err)) from err
 
+    def _check_finite_arguments(self) -> None:
+        """A NaN or infinity among the simulator's arguments (``.nan`` in a YAML file) is refused by name: simulators
+        take it and fail later, mid-step (VMAS: a bare assertion at the first action), or train on it."""
+        if self.simulator_arguments is None:
+            return
+
+        def walk(value: Any, where: str) -> None:
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"task.{where}: {value!r} is not a finite number; allowed: a finite number")
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    walk(item, f"{where}.{key}")
+            elif isinstance(value, (list, tuple)):
+                for i, item in enumerate(value):
+                    walk(item, f"{where}[{i}]")
+
+        walk(getattr(self, self.simulator_arguments, None), self.simulator_arguments)
+
     def _probe_failure(self, err: Exception) -> str:
         """The message of :meth:`probing`'s ConfigError for ``err``."""
         field = self.simulator_arguments
@@ -169,6 +188,7 @@ class Task(Configurable, ABC):
     def specs(self) -> TaskSpecs:
         """Specs read from a one-env probe, built on CPU without touching the caller's RNG (inside
         :meth:`probing`: a simulator's refusal of the task's arguments is a :class:`ConfigError`)."""
+        self._check_finite_arguments()
         with self.probing(), self.isolated_rng():
             env = self._make_env(num_envs=1, seed=0, device="cpu")
             try:

@@ -190,3 +190,22 @@ def test_the_lit_marl_command_prints_no_traceback(tmp_path, config, override, wo
     for fragment in ["lit-marl: error: ", *words]:
         assert fragment in done.stderr, (fragment, output[-3000:])
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_simulator_argument_from_a_config_file_is_refused_before_any_env(value, tmp_path, capsys):
+    """Issue 34: ``.nan`` in a config *file* reached VMAS (a bare AssertionError at the first step, 39 s in)."""
+    config = yaml.safe_load((CONFIGS / "quickstart.yaml").read_text())
+    config["model"]["init_args"]["task"]["init_args"]["scenario_kwargs"]["package_mass"] = value
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    from lit_marl.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(path), "--trainer.default_root_dir", str(tmp_path / "runs")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"task.scenario_kwargs.package_mass: {value!r} is not a finite number" in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*.yaml"))
+    with pytest.raises(ConfigError, match=r"task.scenario_kwargs.targets\[1\]: nan is not a finite number"):
+        envs.VmasTask("balance", scenario_kwargs={"targets": [1.0, float("nan")]}).specs
