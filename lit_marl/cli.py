@@ -189,11 +189,7 @@ class LitMarlCLI(LightningCLI):
         algorithm = getattr(importlib.import_module(module_name), cls_name)
         task = instantiate(model["init_args"]["task"].as_dict(), Task, "model.init_args.task")
         check_compatible(meta, algorithm.algorithm_name, task.to_config(), f"ckpt_path {str(ckpt_path)!r}")
-        max_frames = model["init_args"].get("max_frames")
-        if self.subcommand == "fit" and isinstance(max_frames, int) and int(meta.get("frames", 0)) >= max_frames:
-            raise ConfigError(f"ckpt_path {str(ckpt_path)!r}: its run has collected {int(meta['frames'])} frames of "
-                              f"model.init_args.max_frames {max_frames}: nothing is left to train (and the run folder "
-                              f"would stay empty); allowed: a larger --model.init_args.max_frames to continue it")
+        self._resumed = (str(ckpt_path), int(meta.get("frames", 0)))  # before_fit: a finished run is refused
 
     def _refuse_used_run_folder(self) -> None:
         """Refuse a run folder that already holds files, or cannot be written, before the Trainer starts: once
@@ -215,6 +211,7 @@ class LitMarlCLI(LightningCLI):
                 f"trainer.logger.init_args.name"
             )
         self._check_checkpoint_fits()
+        self._refuse_finished_run()
         if to_claim is not None:  # last: a refused start leaves no empty folder behind
             # Lightning's CSV and TensorBoard loggers keep the version they would pick by listing in `_version`
             to_claim._version = claim_version_folder(Path(to_claim.root_dir))
@@ -227,6 +224,16 @@ class LitMarlCLI(LightningCLI):
             check_writable(Path(log_dir if log_dir is not None else self.trainer.default_root_dir))
 
     before_fit = before_validate = before_test = _refuse_used_run_folder
+
+    def _refuse_finished_run(self) -> None:
+        """``fit --ckpt_path`` of a run that already collected its ``max_frames``: nothing would train, and the new run
+        folder would stay empty; refused by name before the folder is made."""
+        ckpt_path, frames = getattr(self, "_resumed", None) or (None, None)
+        max_frames = getattr(self.model, "max_frames", None)
+        if self.subcommand == "fit" and ckpt_path is not None and max_frames is not None and frames >= max_frames:
+            raise ConfigError(f"ckpt_path {ckpt_path!r}: its run has collected {frames} frames of "
+                              f"model.init_args.max_frames {max_frames}: nothing is left to train (and the run folder "
+                              f"would stay empty); allowed: a larger --model.init_args.max_frames to continue it")
 
     def _check_checkpoint_fits(self) -> None:
         """The ``--ckpt_path`` checkpoint's agent groups and network shapes against the built model, before

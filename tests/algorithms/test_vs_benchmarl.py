@@ -104,7 +104,7 @@ def test_the_harness_finds_an_environment_that_differs(monkeypatch):
 
 #: whole iterations on BenchMARL's own collected batches: ITERATIONS iterations of UPDATES optimizer steps (off-policy)
 #: or epochs (on-policy) each, both sides alike (BenchMARL's defaults take minutes an iteration)
-ITERATIONS, UPDATES = 3, {"iddpg": 100, "qmix": 100, "mappo": 2}
+ITERATIONS, UPDATES = 2, {"iddpg": 100, "qmix": 100, "mappo": 2}
 
 
 def _trained_checks(checks) -> list[dict]:
