@@ -425,6 +425,10 @@ def main(argv: list[str]) -> int:
     from lit_marl.slurm.grid import refuse_live_jobs
 
     refuse_live_jobs(bench)  # a local launch would run them twice
-    torch.set_num_threads(1)
-    runs = bench.run(in_process=args.in_process)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the runs share the machine's cores; restored for a caller that goes on (a test)
+    try:
+        runs = bench.run(in_process=args.in_process)
+    finally:
+        torch.set_num_threads(threads)
     return 1 if any(r.status == "failed" for r in runs) else 0

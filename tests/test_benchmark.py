@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from lit_marl.cli import main
@@ -58,7 +59,13 @@ def test_benchmark_resumes_after_a_kill_without_repeating_finished_runs(tmp_path
     assert "| balance | mappo | 1 | finished (resumed) | 400 |" in out
     assert (tmp_path / "bench" / "tiny" / "summary.md").read_text() in out
 
-    main(["benchmark", "--config", str(grid)])  # everything finished: nothing runs
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        main(["benchmark", "--config", str(grid)])  # everything finished: nothing runs
+        assert torch.get_num_threads() == 2  # the runner's one thread per run is not left on its caller
+    finally:
+        torch.set_num_threads(threads)
     assert "2 finished, 0 to resume, 0 to start" in capsys.readouterr().out
 
 
