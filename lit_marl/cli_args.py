@@ -11,6 +11,10 @@ from typing import Any
 #: a task's dict of simulator arguments: given on the command line, merged into the config file's dict
 SIMULATOR_KWARGS = ("scenario_kwargs", "task_kwargs", "env_kwargs", "substrate_kwargs")
 
+#: the field naming what a task simulates, and the dict of arguments written for that one (VMAS, PettingZoo,
+#: Gymnasium): a config file's dict does not carry over to another scenario chosen on the command line
+SCENARIO_FIELDS = {"scenario": "scenario_kwargs", "task": "task_kwargs", "env_id": "env_kwargs"}
+
 
 def merge_simulator_kwargs(argv: list[str]) -> list[str]:
     """``--model.init_args.task.init_args.scenario_kwargs '{n_agents: 3}'`` changes that key of the config file's
@@ -27,10 +31,11 @@ def merge_simulator_kwargs(argv: list[str]) -> list[str]:
             files.append(argv[i + 1])
         elif arg.startswith("--config="):
             files.append(arg.split("=", 1)[1])
+    switched = _switched_scenario(argv, files)
+    for i, arg in enumerate(argv):
         name, inline, text = arg.partition("=")
-        field = name.rpartition(".")[2]
-        if not (name.startswith("--model.") and name.endswith(".task.init_args." + field)
-                and field in SIMULATOR_KWARGS):
+        field = _task_field(name)
+        if field not in SIMULATOR_KWARGS:
             continue
         if not inline and i + 1 >= len(argv):
             continue  # the parser names the missing value
@@ -39,7 +44,7 @@ def merge_simulator_kwargs(argv: list[str]) -> list[str]:
         except yaml.YAMLError:
             continue  # the parser names the bad value
         from_files = task_argument_in_files(files, field)
-        if not isinstance(given, dict) or not isinstance(from_files, dict):
+        if not isinstance(given, dict) or not isinstance(from_files, dict) or field in switched:
             continue
         merged = {**from_files, **given}
         if merged == given:
@@ -51,7 +56,46 @@ def merge_simulator_kwargs(argv: list[str]) -> list[str]:
             argv[i + 1] = value
         print(f"lit-marl: task.{field}: the command line's {given} merged into the config file's {from_files}: "
               f"{merged} (to drop a key, give the whole dict in a config file)", file=sys.stderr)
+    for field, (prefix, chosen, before, from_files) in switched.items():
+        if any(arg.partition("=")[0] == f"{prefix}.{field}" for arg in argv):
+            continue  # the command line's dict, as given, for the chosen scenario
+        argv += [f"{prefix}.{field}", "{}"]
+        print(f"lit-marl: task.{field}: the config file's {from_files} were written for {before!r}; the command line "
+              f"chose {chosen!r}, which starts from its own defaults (give its settings with {prefix}.{field} "
+              f"'{{...}}')", file=sys.stderr)
     return argv
+
+
+def _task_field(name: str) -> str | None:
+    """``scenario`` for ``--model.init_args.task.init_args.scenario`` and its short forms (``--model.task.scenario``):
+    a field of the model's task, as jsonargparse accepts it; ``None`` for any other argument."""
+    path = [part for part in name.split(".") if part != "init_args"]
+    return path[2] if len(path) == 3 and path[:2] == ["--model", "task"] else None
+
+
+def _switched_scenario(argv: list[str], files: list[str]) -> dict[str, tuple[str, Any, Any, dict]]:
+    """The simulator-argument dicts whose scenario the command line changed from the config file's: ``{kwargs
+    field: (the argument's prefix, the chosen scenario, the file's scenario, the file's dict)}``. Balance's
+    ``package_mass`` would otherwise be passed to navigation, which fails on it (or, where another scenario accepts a
+    key of the same name, trains with a setting meant for another task)."""
+    import yaml
+
+    switched = {}
+    for i, arg in enumerate(argv):
+        name, inline, text = arg.partition("=")
+        prefix, field = name.rpartition(".")[0], _task_field(name)
+        if field not in SCENARIO_FIELDS:
+            continue
+        if not inline and i + 1 >= len(argv):
+            continue
+        try:
+            chosen = yaml.safe_load(text if inline else argv[i + 1])
+        except yaml.YAMLError:
+            continue
+        before, from_files = task_argument_in_files(files, field), task_argument_in_files(files, SCENARIO_FIELDS[field])
+        if before is not None and chosen != before and isinstance(from_files, dict) and from_files:
+            switched[SCENARIO_FIELDS[field]] = (prefix, chosen, before, from_files)
+    return switched
 
 
 def task_argument_in_files(files: list[str], field: str) -> Any:

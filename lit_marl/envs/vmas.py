@@ -30,6 +30,21 @@ _UNUSED_KWARGS = "Scenario kwargs: "
 VMAS_SCENARIOS: tuple[str, ...] = tuple(sorted({*vmas.scenarios, *vmas.mpe_scenarios, *vmas.debug_scenarios}))
 
 
+def _unphysical_entities(world) -> list[str]:
+    """Entities of a built VMAS world with a mass or a shape size (radius, length, width) that is not a positive
+    finite number: VMAS takes e.g. ``package_mass: -5`` and integrates it, so forces push the wrong way."""
+    problems = []
+    for entity in world.entities:
+        sizes = {"mass": entity.mass}
+        sizes.update({name.lstrip("_"): value for name, value in vars(entity.shape).items()
+                      if name in ("_radius", "_length", "_width")})
+        for name, value in sizes.items():
+            number = float(value) if not isinstance(value, torch.Tensor) or value.numel() == 1 else None
+            if number is not None and not (number > 0 and number != float("inf")):
+                problems.append(f"entity {entity.name!r} with {name} {number:g}")
+    return problems
+
+
 class VmasTask(Task):
     """A VMAS scenario with its settings.
 
@@ -126,6 +141,15 @@ class VmasTask(Task):
                     raise
                 # what VMAS raises itself with check_kwargs_consumed(warn=False), without its note on future versions
                 raise ValueError(str(warning).split(" This will turn into an error")[0]) from None
+
+    @override
+    def _probe_step(self, env: EnvBase) -> None:
+        super()._probe_step(env)
+        base = env.base_env if hasattr(env, "base_env") else env
+        problems = _unphysical_entities(base._env.world)
+        if problems:  # inside probing: a ConfigError naming task.scenario_kwargs and what was given
+            raise ValueError(f"the scenario built {'; '.join(problems)} (a non-positive mass or size flips or "
+                             f"zeroes its physics)")
 
     @override
     def simulator_rng_state(self) -> dict[str, Any]:

@@ -81,6 +81,27 @@ def test_scenario_kwargs_on_the_command_line_merge_into_the_config_files(tmp_pat
     assert inline.model.task.scenario_kwargs == {"n_agents": 4, "package_mass": 2, "random_package_pos_on_line": True}
 
 
+def test_another_scenario_on_the_command_line_starts_from_its_own_defaults(tmp_path, capsys):
+    """Issue 34: ``--model.init_args.task.init_args.scenario navigation`` on balance's config kept balance's
+    scenario_kwargs and then failed on package_mass without saying where it came from. The file's dict belongs to
+    its scenario: the chosen one starts from its defaults (said on stderr), or from the command line's dict as given."""
+    from lit_marl.cli import LitMarlCLI
+
+    config = tiny_config(tmp_path / "c.yaml")
+    cli = LitMarlCLI(args=["--config", str(config), "--model.init_args.task.init_args.scenario", "navigation"],
+                     run=False)
+    assert (cli.model.task.scenario, cli.model.task.scenario_kwargs) == ("navigation", {})
+    err = capsys.readouterr().err
+    assert ("task.scenario_kwargs: the config file's {'n_agents': 4, 'package_mass': 5, 'random_package_pos_on_line': "
+            "True} were written for 'balance'; the command line chose 'navigation'") in err
+    short = LitMarlCLI(args=["--config", str(config), "--model.task.scenario=navigation", "--model.task.scenario_kwargs",
+                             "{n_agents: 2}"], run=False)
+    assert (short.model.task.scenario, short.model.task.scenario_kwargs) == ("navigation", {"n_agents": 2})
+    assert "merged" not in capsys.readouterr().err
+    same = LitMarlCLI(args=["--config", str(config), "--model.task.scenario", "balance"], run=False)
+    assert same.model.task.scenario_kwargs == {"n_agents": 4, "package_mass": 5, "random_package_pos_on_line": True}
+
+
 def test_a_run_refused_after_its_folder_was_made_leaves_no_folder(tmp_path, capsys, monkeypatch):
     """A refusal raised once the Trainer has made the run folder (here: the training data of the first iteration)
     exits 2 and removes the folder, which holds nothing but the run's config."""

@@ -48,6 +48,9 @@ CASES = {
                   "task.scenario_kwargs", "{'n_agents': 'three'}", "TypeError: '>' not supported"),
     "vmas-unknown": (_task("VmasTask", scenario="balance", scenario_kwargs={"n_agent": 3}),
                      "task.scenario_kwargs", "{'n_agent': 3}", "passed but not used by the scenario"),
+    # issue 34: VMAS integrated a negative mass (forces pushed the package the wrong way) and trained on it
+    "vmas-negative-mass": (_task("VmasTask", scenario="balance", scenario_kwargs={"package_mass": -5}),
+                           "task.scenario_kwargs", "{'package_mass': -5}", "entity 'package' with mass -5"),
     # PettingZoo (MPE) task_kwargs
     "pettingzoo-count": (_task("PettingZooTask", task="simple_spread", task_kwargs={"N": 0}),
                          "task.task_kwargs", "{'N': 0}", "ValueError: zero-size array"),
