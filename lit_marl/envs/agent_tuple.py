@@ -29,12 +29,16 @@ from lit_marl.envs.pettingzoo import check_workers
 from lit_marl.errors import ConfigError
 
 def import_simulator(module: str, package: str, extra: str) -> Any:
-    """``module``, or a ConfigError that names the missing package and the pip command of its extra."""
+    """``module``, or a ConfigError that names the missing package and the pip command of its extra. A package
+    that is installed but cannot import a dependency counts as missing: Gymnasium's ``DependencyNotInstalled``
+    (gymnasium-robotics without ``mujoco``: "MuJoCo is not installed") as well as an ``ImportError``."""
+    from gymnasium.error import DependencyNotInstalled
+
     try:
         return importlib.import_module(module)
-    except ImportError as err:
-        raise ConfigError(f"task: needs the {package} package, which is not installed ({err}); install it with "
-                          f"pip install 'lit-marl[{extra}]'") from None
+    except (ImportError, DependencyNotInstalled) as err:
+        raise ConfigError(f"task: needs the {package} package, which cannot be imported ({type(err).__name__}: "
+                          f"{err}); install it with pip install 'lit-marl[{extra}]'") from None
 
 
 class AgentTupleEnv(EnvBase):

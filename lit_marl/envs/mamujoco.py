@@ -242,8 +242,9 @@ class MaMuJoCoTask(Task):
                 raise ConfigError(f"task.env_kwargs: {key!r} is set by lit-marl ({_OWN[key]}); allowed: the "
                                   f"Gymnasium MuJoCo env's other arguments")
         self.num_workers = check_workers(num_workers, turn_based=False)
-        import_simulator("gymnasium_robotics", "gymnasium-robotics", "mamujoco")  # the package is named first
+        # mujoco first: gymnasium-robotics imported without it fails with Gymnasium's words, not the package's name
         import_simulator("mujoco", "mujoco", "mamujoco")
+        import_simulator("gymnasium_robotics", "gymnasium-robotics", "mamujoco")
         self.agent_groups = agent_groups
         self.groups  # noqa: B018 - checks agent_groups against the agents and their sizes
 

@@ -223,8 +223,9 @@ def test_bad_settings_are_refused_by_name_with_what_is_allowed(build, message):
 @pytest.mark.parametrize(("module", "build", "extra"), [("lbforaging", LbfTask, "lbf"), ("rware", RwareTask, "rware")])
 def test_a_missing_package_names_its_pip_command(monkeypatch, module, build, extra):
     hide_package(monkeypatch, module)
-    with pytest.raises(ConfigError, match=rf"task: needs the {module} package, which is not installed \(No module "
-                                          rf"named '{module}'\); install it with pip install 'lit-marl\[{extra}\]'"):
+    with pytest.raises(ConfigError, match=rf"task: needs the {module} package, which cannot be imported "
+                                          rf"\(ModuleNotFoundError: No module named '{module}'\); install it with pip "
+                                          rf"install 'lit-marl\[{extra}\]'"):
         build()
 
 

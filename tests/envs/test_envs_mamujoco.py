@@ -4,6 +4,7 @@ terminate, bad input is refused by name before anything is built, videos render 
 from __future__ import annotations
 
 import csv
+import importlib
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -169,9 +170,27 @@ def test_bad_settings_are_refused_before_anything_is_built(monkeypatch):
 def test_a_missing_package_names_its_pip_command(monkeypatch, module):
     hide_package(monkeypatch, module)
     package = module.replace("_", "-")
-    with pytest.raises(ConfigError, match=rf"^task: needs the {package} package, which is not installed \(No module "
-                                          rf"named '{module}'\); install it with pip install 'lit-marl\[mamujoco\]'$"):
+    with pytest.raises(ConfigError, match=rf"^task: needs the {package} package, which cannot be imported "
+                                          rf"\(ModuleNotFoundError: No module named '{module}'\); install it with pip "
+                                          rf"install 'lit-marl\[mamujoco\]'$"):
         MaMuJoCoTask("HalfCheetah", "2x3")
+
+
+def test_a_package_missing_its_own_dependency_is_named_without_a_traceback(monkeypatch):
+    """Issue 34: gymnasium-robotics installed without mujoco raised Gymnasium's DependencyNotInstalled at import (not
+    an ImportError): three tracebacks through jsonargparse instead of the pip command."""
+    from gymnasium.error import DependencyNotInstalled
+
+    from lit_marl.envs.agent_tuple import import_simulator
+
+    def broken(name, *args, **kwargs):
+        raise DependencyNotInstalled('MuJoCo is not installed, run `pip install "gymnasium[mujoco]"`')
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    with pytest.raises(ConfigError, match=r"^task: needs the gymnasium-robotics package, which cannot be imported "
+                                          r"\(DependencyNotInstalled: MuJoCo is not installed, .*\); install it with "
+                                          r"pip install 'lit-marl\[mamujoco\]'$"):
+        import_simulator("gymnasium_robotics", "gymnasium-robotics", "mamujoco")
 
 
 # ---------------------------------------------------------------------------------------------- rendering
