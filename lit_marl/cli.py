@@ -36,7 +36,7 @@ from lightning.pytorch.cli import LightningCLI
 from typing_extensions import override
 
 from lit_marl.algorithms.base import MarlAlgorithm
-from lit_marl.callbacks.preemption import Interrupts, signal_label
+from lit_marl.callbacks.preemption import Interrupts
 from lit_marl.checkpoint import (
     LIGHTNING_CKPT_ALIASES,
     check_compatible,
@@ -399,9 +399,7 @@ def _run(args: list[str] | None) -> None:
         raise SystemExit(EXIT_WRITE) from None
     model = getattr(cli, "model", None)
     if isinstance(model, MarlAlgorithm) and model.stopped_by_signal is not None:
-        name = signal_label(model.stopped_by_signal)
-        print(f"lit-marl: stopped by {name} after iteration {model.iteration} (frames {model.frames}); checkpoint "
-              f"{model.signal_checkpoint}; resume with --ckpt_path {model.signal_checkpoint}", file=sys.stderr)
+        # the callback that saved last.ckpt has said so, and how to resume, once (lit_marl/callbacks/preemption.py)
         raise SystemExit(128 + model.stopped_by_signal)
 
 

@@ -129,7 +129,7 @@ class PreemptionCheckpoint(Checkpoint):
             path = Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints" / "last.ckpt"
         if last_checkpoint_is_current(callback, trainer):
             return Path(callback.last_model_path)
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)  # explicit: Lightning logs a line for the default
         adopt_last_checkpoint(callback, trainer, path)
         Interrupts.checkpoint = str(path)
         return path

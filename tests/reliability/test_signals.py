@@ -176,6 +176,8 @@ def test_cli_saves_exits_128_plus_signal_and_resumes(tmp_path, signum):
     log = (tmp_path / "fit.log").read_text()
     assert code == 128 + signum, log[-3000:]
     assert f"stopped by {signal.Signals(signum).name}" in log and "Traceback" not in log
+    # issue 34: said once (the CLI repeated the callback's line), without Lightning's weights_only line before it
+    assert log.count("lit-marl: stopped by") == 1 and "weights_only" not in log, log[-3000:]
     last = run / "checkpoints" / "last.ckpt"
     assert sorted(p.name for p in last.parent.iterdir()) == ["last.ckpt"]  # no stray last-v1.ckpt
     meta = torch.load(last, weights_only=True)["lit_marl"]
