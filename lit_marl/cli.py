@@ -137,7 +137,10 @@ class LitMarlCLI(LightningCLI):
         validate."""
         if isinstance(args, (dict, Namespace)):
             return super().parse_arguments(parser, args)
-        args = merge_simulator_kwargs(sys.argv[1:] if args is None else list(args))
+        #: lines about the command line's simulator arguments, printed once the config has built (not before a
+        #: refusal of the same arguments)
+        self._notices: list[str] = []
+        args = merge_simulator_kwargs(sys.argv[1:] if args is None else list(args), self._notices)
         config = parser.parse_args(args, _skip_validation=True)
         subcommand = config.get("subcommand")
         place_run_folders(config[subcommand] if subcommand else config)
@@ -146,6 +149,12 @@ class LitMarlCLI(LightningCLI):
         except (TypeError, KeyError) as err:  # as parse_args reports them
             parser.error(str(err), err)
         self.config = config
+
+    @override
+    def instantiate_classes(self) -> None:
+        super().instantiate_classes()
+        for line in getattr(self, "_notices", ()):
+            print(line, file=sys.stderr)
 
     @override
     def _parse_ckpt_path(self) -> None:

@@ -16,16 +16,18 @@ SIMULATOR_KWARGS = ("scenario_kwargs", "task_kwargs", "env_kwargs", "substrate_k
 SCENARIO_FIELDS = {"scenario": "scenario_kwargs", "task": "task_kwargs", "env_id": "env_kwargs"}
 
 
-def merge_simulator_kwargs(argv: list[str]) -> list[str]:
+def merge_simulator_kwargs(argv: list[str], notices: list[str] | None = None) -> list[str]:
     """``--model.init_args.task.init_args.scenario_kwargs '{n_agents: 3}'`` changes that key of the config file's
     dict and keeps the others (jsonargparse would replace the whole dict, silently dropping e.g. balance's
     ``package_mass``): the argument is rewritten to the merged dict before parsing (so ``--print_config`` and the
-    run's ``config.yaml`` show it) and stderr says so. To drop a key, give the whole dict in a config file."""
+    run's ``config.yaml`` show it) and stderr says so (``notices`` collects those lines instead, for the caller to
+    print once the config has built). To drop a key, give the whole dict in a config file."""
     import json
 
     import yaml
 
     argv, files = list(argv), []
+    say = notices.append if notices is not None else (lambda line: print(line, file=sys.stderr))
     for i, arg in enumerate(argv):
         if arg == "--config" and i + 1 < len(argv):
             files.append(argv[i + 1])
@@ -54,15 +56,15 @@ def merge_simulator_kwargs(argv: list[str]) -> list[str]:
             argv[i] = f"{name}={value}"
         else:
             argv[i + 1] = value
-        print(f"lit-marl: task.{field}: the command line's {given} merged into the config file's {from_files}: "
-              f"{merged} (to drop a key, give the whole dict in a config file)", file=sys.stderr)
+        say(f"lit-marl: task.{field}: the command line's {given} merged into the config file's {from_files}: "
+            f"{merged} (to drop a key, give the whole dict in a config file)")
     for field, (prefix, chosen, before, from_files) in switched.items():
         if any(arg.partition("=")[0] == f"{prefix}.{field}" for arg in argv):
             continue  # the command line's dict, as given, for the chosen scenario
         argv += [f"{prefix}.{field}", "{}"]
-        print(f"lit-marl: task.{field}: the config file's {from_files} were written for {before!r}; the command line "
-              f"chose {chosen!r}, which starts from its own defaults (give its settings with {prefix}.{field} "
-              f"'{{...}}')", file=sys.stderr)
+        say(f"lit-marl: task.{field}: the config file's {from_files} were written for {before!r}; the command line "
+            f"chose {chosen!r}, which starts from its own defaults (give its settings with {prefix}.{field} "
+            f"'{{...}}')")
     return argv
 
 

@@ -17,8 +17,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 import yaml
+from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
 from lit_marl.algorithms import MAPPO
+from lit_marl.callbacks.numerics import NAN_POLICIES
 from lit_marl.checkpoint import read_checkpoint
 from lit_marl.distributed import check_strategy, shares
 from lit_marl.errors import ConfigError
@@ -106,6 +108,55 @@ def test_two_process_maddpg_resumes_each_process_replay_buffer(tmp_path):
     assert "belong to 2 processes and this run has 1; training continues with empty buffers" in warned
     alone = json.loads((probe / "rank0.json").read_text())
     assert alone["frames"] == 240 and alone["buffers"] == {"agents": 80}
+
+
+@pytest.mark.slow
+def test_every_algorithm_ends_an_iteration_with_one_set_of_weights_on_both_processes(tmp_path):
+    """Issue 34: every algorithm, with every nan_policy, that DDP accepts trains one iteration in 2 gloo processes and
+    both end with the same parameters and buffers (target networks, exploration scales), optimizer state (step counts,
+    moments) and target-update counters; the rest (HAPPO, HATRPO, nan_policy skip) is refused by name. One pair of
+    processes fits them all in turn (tests/helpers/ddp_every_algorithm.py), started as a launcher would, so Lightning
+    spawns none and reuses the process group of the first fit. The pair must have trained: every parameter moved,
+    each process collected its half of the frames, and exploration annealed by both processes' frames."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(find_free_network_port()), "WORLD_SIZE": "2", "NODE_RANK": "0"}
+    processes = []
+    try:
+        for r in (0, 1):
+            with open(tmp_path / f"rank{r}.log", "w") as log:
+                processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "tests.helpers.ddp_every_algorithm", str(tmp_path)],
+                    env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=log, stderr=subprocess.STDOUT))
+        for r, process in enumerate(processes):
+            assert process.wait(timeout=300) == 0, (tmp_path / f"rank{r}.log").read_text()[-3000:]
+    finally:
+        for process in processes:
+            process.kill()
+    first, second = _ranks(tmp_path)
+    refused = {f"{name}/{policy}" for name in ("ensemble", "happo", "hatrpo", "iddpg", "ippo", "iql", "isac", "maddpg",
+                                               "mappo", "masac", "qmix", "vdn")
+               for policy in NAN_POLICIES if policy == "skip" or name in ("happo", "hatrpo")}
+    trained = [run for run in first if run not in refused]
+    for rank, record in enumerate((first, second)):
+        assert {run for run in record if "refused" in record[run]} == refused
+        # the first fit set the process group up, every later one reused it; no process was spawned
+        assert [record[run]["group_initialised_before"] for run in trained] == [False] + [True] * (len(trained) - 1)
+        assert len({record[run]["process_group"] for run in trained}) == 1
+        assert all((record[run]["rank"], record[run]["world_size"], record[run]["external_processes"]) ==
+                   (rank, 2, True) for run in trained)
+    differences = []
+    for run in trained:
+        ours, theirs = first[run], second[run]
+        assert ours["collected"] == theirs["collected"] == 20 and ours["frames"] == theirs["frames"] == 40, run
+        assert ours["global_step"] == theirs["global_step"] == 2, run
+        assert set(ours["parameters"]) <= set(ours["moved"]), run  # every parameter trained
+        for group, scale in ours["exploration"].items():  # annealed by the frames of both processes (40), not 20
+            expected = scale["start"] - (scale["start"] - scale["end"]) * ours["frames"] / scale["frames"]
+            assert scale["scale"] == pytest.approx(expected, rel=1e-5), (run, group)
+        for part in ("tensors", "optimizer", "learners", "exploration"):
+            differences += [f"{run} {part} {name}" for name in ours[part].keys() | theirs[part].keys()
+                            if ours[part].get(name) != theirs[part].get(name)]
+    assert not differences, differences
 
 
 def test_sizes_that_do_not_split_over_the_processes_are_named():

@@ -45,6 +45,7 @@ from lit_marl.data.replay import group_buffers
 from lit_marl.distributed import check_shares, check_strategy, reduce_means
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, check_gradient_clipping, device_name, one_of, positive_int
+from lit_marl.resources import check_resources
 from lit_marl.lightning_adapter import attached_trainer, logged_step
 from lit_marl.utils import Configurable, deepcopy_keeping_shared_tensors, instantiate
 
@@ -282,6 +283,8 @@ class MarlAlgorithm(CollectionLoop, ABC):
         check_strategy(self.trainer)
         check_gradient_clipping(self.trainer.gradient_clip_val, self.trainer.gradient_clip_algorithm)
         check_shares(self, self.world_size, stage)
+        if stage == "fit":
+            check_resources(self, self.trainer)
         if type(strategy.checkpoint_io) is TorchCheckpointIO:
             strategy.checkpoint_io = AtomicCheckpointIO()
         ckpt_path = self.trainer.ckpt_path

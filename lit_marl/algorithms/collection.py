@@ -73,9 +73,10 @@ class CollectionLoop(EvaluationLoops):
         for learner in self.learners.values():
             learner.prepare_collection(self.frames)
         batch = sampler.collect(self.iteration)
-        for learner in self.learners.values():  # exploration anneals by this process's frames, as before
-            learner.after_collection(batch.numel())
-        self.frames += batch.numel() * self.world_size  # every process collects the same share
+        collected = batch.numel() * self.world_size  # every process collects the same share
+        for learner in self.learners.values():  # exploration anneals by every process's frames, as max_frames counts
+            learner.after_collection(collected)
+        self.frames += collected
         self.record("timers/collection_time", time.perf_counter() - start)
         for name, value in collection_metrics(self.groups, batch).items():
             self.record(name, value)

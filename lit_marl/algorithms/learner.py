@@ -138,7 +138,7 @@ class GroupLearner(nn.Module, ABC):
         """Before each collection, with the frames collected so far."""
 
     def after_collection(self, frames: int) -> None:
-        """After each collection of ``frames`` frames (exploration annealing)."""
+        """After each collection of ``frames`` frames, every DDP process's (exploration annealing)."""
 
     # ------------------------------------------------------------------ training
     def process_batch(self, batch: TensorDictBase) -> TensorDictBase:
