@@ -117,7 +117,8 @@ def test_every_algorithm_ends_an_iteration_with_one_set_of_weights_on_both_proce
     moments) and target-update counters; the rest (HAPPO, HATRPO, nan_policy skip) is refused by name. One pair of
     processes fits them all in turn (tests/helpers/ddp_every_algorithm.py), started as a launcher would, so Lightning
     spawns none and reuses the process group of the first fit. The pair must have trained: every parameter moved,
-    each process collected its half of the frames, and exploration annealed by both processes' frames."""
+    each process collected its half of the frames, and exploration annealed by both processes' frames. A NaN loss on
+    one process stops both, each with lit-marl's message."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(find_free_network_port()), "WORLD_SIZE": "2", "NODE_RANK": "0"}
     processes = []
@@ -133,6 +134,13 @@ def test_every_algorithm_ends_an_iteration_with_one_set_of_weights_on_both_proce
         for process in processes:
             process.kill()
     first, second = _ranks(tmp_path)
+    # a NaN loss on one process stops both at that step, each with lit-marl's message, no weight changed (before:
+    # process 0 failed in gloo's all-reduce with "Connection closed by peer"; under NCCL it would hang)
+    faults = first.pop("nan_on_process_1"), second.pop("nan_on_process_1")
+    assert faults[1]["raised"].startswith("NumericalError: loss term agents/loss_critic is nan at iteration 1"), faults
+    assert faults[0]["raised"].startswith("NumericalError: a loss term of another DDP process is NaN/Inf at "
+                                          "iteration 1"), faults
+    assert faults[0]["unchanged"] and faults[1]["unchanged"]
     refused = {f"{name}/{policy}" for name in ("ensemble", "happo", "hatrpo", "iddpg", "ippo", "iql", "isac", "maddpg",
                                                "mappo", "masac", "qmix", "vdn")
                for policy in NAN_POLICIES if policy == "skip" or name in ("happo", "hatrpo")}

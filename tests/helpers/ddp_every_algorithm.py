@@ -7,7 +7,8 @@ registered algorithm and every ``nan_policy``, each process writes to ``<folder>
 :func:`~lit_marl.distributed.shares` refuses that run with across 2 processes, or what the test compares after one
 iteration: a digest of every parameter and buffer (target networks, exploration scales…), of the optimizer's state
 (step counts, moments), the learners' checkpoint state (target-update counters), and the counters that show this
-process really trained (frames, its own collected frames, optimizer steps, weights moved from their start).
+process really trained (frames, its own collected frames, optimizer steps, weights moved from their start). Last,
+MAPPO with a NaN loss on process 1 only: what each process raised.
 
 Usage: ``python -m tests.helpers.ddp_every_algorithm <folder>``.
 """
@@ -32,6 +33,7 @@ from lit_marl.callbacks.numerics import NAN_POLICIES
 from lit_marl.distributed import shares
 from lit_marl.envs import VmasTask
 from lit_marl.models import Mlp
+from tests.reliability.faulty import FaultyMAPPO
 
 #: the run's global sizes: each process steps 2 envs for 10 steps (one iteration)
 RUN = dict(frames_per_batch=40, num_envs=4, max_frames=10_000, evaluation_episodes=2)
@@ -112,6 +114,24 @@ def fit(model: pl.LightningModule, root: Path) -> dict:
     }
 
 
+def nan_on_process_1(folder: Path) -> dict:
+    """MAPPO whose loss is NaN on process 1 only (nan_policy stop): what each process raised, and whether its weights
+    stayed as they were."""
+    pl.seed_everything(0, verbose=False)
+    model = FaultyMAPPO(VmasTask("balance", max_steps=10, n_agents=2), actor_model=Mlp(num_cells=[16]),
+                        critic_model=Mlp(num_cells=[16]), lr=1e-3, fault_iterations=[1] if os.environ["RANK"] == "1"
+                        else [], **RUN, **ON_POLICY)
+    start = tensors(model)
+    trainer = pl.Trainer(strategy="ddp", devices=2, accelerator="cpu", max_epochs=1, default_root_dir=folder,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0)
+    try:
+        trainer.fit(model)
+    except Exception as err:  # noqa: BLE001 - what each process raised is what the test checks
+        return {"raised": f"{type(err).__name__}: {err}", "unchanged": tensors(model) == start}
+    return {"raised": None, "unchanged": tensors(model) == start}
+
+
 def main(folder: Path) -> None:
     torch.set_num_threads(1)
     records = {}
@@ -121,6 +141,7 @@ def main(folder: Path) -> None:
             model = build(cls, nan_policy)
             problems = shares(model, 2)
             records[f"{name}/{nan_policy}"] = {"refused": problems} if problems else fit(model, folder / name)
+    records["nan_on_process_1"] = nan_on_process_1(folder / "nan")  # last: a failed fit may leave the group unusable
     (folder / f"rank{os.environ['RANK']}.json").write_text(json.dumps(records, indent=1))
 
 
