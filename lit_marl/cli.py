@@ -399,6 +399,16 @@ def _run(args: list[str] | None) -> None:
     except NumericalError as err:
         print(f"lit-marl: error: {err}", file=sys.stderr)
         raise SystemExit(EXIT_NUMERICAL) from None
+    except RuntimeError as err:  # torch.OutOfMemoryError (CUDA) is one too
+        if not out_of_memory(err):
+            raise
+        remove_unused_run_folders()
+        print(f"lit-marl: error: out of memory: {str(err).strip().splitlines()[-1]}. The run's sizes need more memory "
+              f"than this machine has (lit-marl refuses at start only what it can estimate: one step's tensors per "
+              f"environment, the collected batch, the replay memory); files written before are intact. Allowed: a "
+              f"smaller model.init_args.num_envs, frames_per_batch, memory_size or minibatch size, or "
+              f"buffer_device: disk", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
     except OSError as err:
         if err.errno not in WRITE_ERRNOS:
             raise
@@ -418,6 +428,12 @@ def _run(args: list[str] | None) -> None:
 #: checkpoint; 130 also for a Ctrl-C outside training or a second one (the checkpoints on disk are whole)
 EXIT_CONFIG, EXIT_NUMERICAL, EXIT_WRITE, EXIT_INTERRUPTED = 2, 3, 4, 128 + signal.SIGINT
 WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is an allocation that failed: CUDA's OutOfMemoryError, or the CPU allocator's "can't allocate
+    memory" RuntimeError."""
+    return isinstance(err, torch.OutOfMemoryError) or "can't allocate memory" in str(err)
 
 
 def _find_config_error(err: BaseException | None) -> ConfigError | None:

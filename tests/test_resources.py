@@ -98,3 +98,23 @@ def test_the_first_checkpoint_estimate_is_a_lower_bound_of_the_files_written(tmp
     trainer.fit(model)
     written = sum(p.stat().st_size for p in Path(tmp_path / "ckpt").iterdir())
     assert 0.5 * written < estimate <= written, (estimate, written)
+
+
+@pytest.mark.parametrize("failure", [
+    RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried "
+                 "to allocate 768000000 bytes. Error code 12 (Cannot allocate memory)"),
+    torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+])
+def test_an_allocation_that_fails_after_the_estimates_is_a_named_error_without_a_traceback(tmp_path, capsys,
+                                                                                           monkeypatch, failure):
+    """Where the simulator needs more than the estimates see (VMAS's own state per environment), the allocation still
+    fails: exit 2 with the allocator's words and what to lower, and the run folder (only its config) removed."""
+    def allocate(self):
+        raise failure
+
+    monkeypatch.setattr(MAPPO, "train_dataloader", allocate)
+    err = expect_exit(capsys, ["fit", "--config", str(tiny_config(tmp_path / "c.yaml")), *QUIET], 2,
+                      f"lit-marl: error: out of memory: {str(failure).splitlines()[-1]}. The run's sizes need more "
+                      f"memory", "Allowed: a smaller model.init_args.num_envs", unchanged=None)
+    assert "Traceback" not in err
+    assert run_dirs(tmp_path / "runs") == []
