@@ -328,19 +328,8 @@ class MarlAlgorithm(CollectionLoop, ABC):
                     total = value if total is None else total + value
         if total is None:
             raise RuntimeError(f"{type(self).__name__}.loss returned no 'loss' or 'loss_*' term for any group")
-        faulty = not torch.isfinite(total.detach())  # one check (one device sync) per optimizer step
-        if self.world_size > 1:  # every process stops at the same step (else the others wait in DDP's all-reduce)
-            faulty_somewhere = self.trainer.strategy.reduce_boolean_decision(faulty, all=False)
-        else:
-            faulty_somewhere = faulty
-        if faulty_somewhere:
-            if faulty:
-                group, name, value = next(t for t in objective if not torch.isfinite(t[2].detach()))
-                what = f"loss term {group}/{name} is {value.item()}"
-            else:
-                what = "a loss term of another DDP process is NaN/Inf"
-            if self._numerical_fault(what, batch_idx):
-                return None  # Lightning skips backward and the optimizer step
+        if self._faults.loss_fault(self, objective, total, batch_idx):
+            return None  # Lightning skips backward and the optimizer step
         for name, value in scalars.items():
             self.record(name, value)
         return total

@@ -41,6 +41,24 @@ class NumericalFaultPolicy(pl.Callback):
             f"gradient_clip_val), or nan_policy='skip' (--nan_policy skip) to skip such updates"
         )
 
+    def loss_fault(self, pl_module: pl.LightningModule, terms: list[tuple[str, str, torch.Tensor]],
+                   total: torch.Tensor, batch_idx: int) -> bool:
+        """Whether the training step's loss (``total`` of ``(group, name, value)`` terms) is NaN/Inf here or, under DDP,
+        on any process: True to skip the step, else :meth:`fault` raises. One check (one device sync) per optimizer
+        step; under DDP every process decides alike (else the others would wait in DDP's gradient all-reduce)."""
+        faulty = not torch.isfinite(total.detach())
+        trainer = pl_module.trainer
+        if trainer.world_size > 1:
+            faulty_somewhere = trainer.strategy.reduce_boolean_decision(faulty, all=False)
+        else:
+            faulty_somewhere = faulty
+        if not faulty_somewhere:
+            return False
+        if faulty:
+            group, name, value = next(t for t in terms if not torch.isfinite(t[2].detach()))
+            return self.fault(pl_module, f"loss term {group}/{name} is {value.item()}", batch_idx)
+        return self.fault(pl_module, "a loss term of another DDP process is NaN/Inf", batch_idx)
+
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int) -> None:
         self.update_skipped = False
