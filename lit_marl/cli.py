@@ -262,7 +262,7 @@ class LitMarlCLI(LightningCLI):
 RESULT_COMMANDS = {
     "benchmark": "lit_marl.benchmark",
     "report": "lit_marl.evaluation.results",
-    "compare": "lit_marl.evaluation.evaluate",
+    "compare": "lit_marl.evaluate",
     "export": "lit_marl.export",
     "tune": "lit_marl.tune.command",
 }

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,7 @@ import yaml
 
 from lit_marl.cli import main
 from tests.helpers.runs import SHORT, fit_config, run_dirs, tiny_balance
-from tests.helpers.tiny import CONFIGS
+from tests.helpers.tiny import CONFIGS, ROOT
 
 #: configs whose one iteration needs more than SHORT to stay short (their real defaults stay as they are)
 CONFIG_OVERRIDES = {
@@ -284,3 +287,20 @@ def test_a_ctrl_c_says_the_true_state_of_the_checkpoints(tmp_path, monkeypatch):
     said = checkpoints_after_ctrl_c("fit")
     assert said.startswith("the last checkpoint, ") and said.endswith(str(tmp_path / "version_0" / "checkpoints" /
                                                                           "last.ckpt"))
+
+
+def test_configs_naming_the_callbacks_where_they_lived_before_still_build(tmp_path):
+    """EvaluationReport, MarlEvalJson, CollectiveReward and CollectionExport moved from lit_marl.evaluation to
+    lit_marl.callbacks; configs and benchmark folders written with the old class paths still build their callbacks
+    (the evaluation package no longer imports the callbacks: they put themselves back there when they load)."""
+    config = yaml.safe_load(tiny_balance(tmp_path / "c.yaml").read_text())
+    config["trainer"]["callbacks"] = [{"class_path": "lit_marl.evaluation.MarlEvalJson",
+                                       "init_args": {"path": str(tmp_path / "m.json")}}]
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    code = ("from lit_marl.cli import LitMarlCLI\n"
+            f"cli = LitMarlCLI(args=['--config', {str(tmp_path / 'c.yaml')!r}], run=False)\n"
+            "print(sorted(type(c).__name__ for c in cli.trainer.callbacks))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "'MarlEvalJson'" in done.stdout

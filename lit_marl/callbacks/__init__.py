@@ -20,41 +20,21 @@ hook of the same name):
 
 from __future__ import annotations
 
-from typing import Any
-
-from lightning.pytorch import Callback, LightningModule, Trainer
-from tensordict import TensorDictBase
-
-
-class MarlCallback(Callback):
-    """A Lightning callback with lit-marl's collection and evaluation hooks (no-ops by default)."""
-
-    def on_batch_collected(self, trainer: Trainer, pl_module: LightningModule, batch: TensorDictBase) -> None:
-        """Called with every collected batch."""
-
-    def on_evaluation_end(self, trainer: Trainer, pl_module: LightningModule, episodes: list[TensorDictBase]) -> None:
-        """Called with the rollouts of every evaluation."""
-
-
-def call_marl_hook(trainer: Trainer | None, pl_module: LightningModule, name: str, *args: Any) -> None:
-    """Call hook ``name`` on the module, then on every callback that defines it."""
-    getattr(pl_module, name)(*args)
-    if trainer is None:
-        return
-    for callback in trainer.callbacks:
-        hook = getattr(callback, name, None)
-        if callable(hook):
-            hook(trainer, pl_module, *args)
-
-
-from lit_marl.callbacks.collection_export import CollectionExport  # noqa: E402
-from lit_marl.callbacks.collective import CollectiveReward  # noqa: E402
-from lit_marl.callbacks.evaluation_report import EvaluationReport  # noqa: E402
-from lit_marl.callbacks.frame_budget import FrameBudget  # noqa: E402
-from lit_marl.callbacks.marl_eval import MarlEvalJson  # noqa: E402
-from lit_marl.callbacks.metrics_file import MetricsFileRepair  # noqa: E402
-from lit_marl.callbacks.numerics import NumericalFaultPolicy  # noqa: E402
-from lit_marl.callbacks.preemption import PreemptionCheckpoint  # noqa: E402
+import lit_marl.evaluation as _evaluation
+from lit_marl.callbacks.collection_export import CollectionExport
+from lit_marl.callbacks.collective import CollectiveReward
+from lit_marl.callbacks.evaluation_report import EvaluationReport
+from lit_marl.callbacks.frame_budget import FrameBudget
+from lit_marl.callbacks.hooks import MarlCallback, call_marl_hook
+from lit_marl.callbacks.marl_eval import MarlEvalJson
+from lit_marl.callbacks.metrics_file import MetricsFileRepair
+from lit_marl.callbacks.numerics import NumericalFaultPolicy
+from lit_marl.callbacks.preemption import PreemptionCheckpoint
 
 __all__ = ["MarlCallback", "call_marl_hook", "FrameBudget", "MetricsFileRepair", "NumericalFaultPolicy",
            "PreemptionCheckpoint", "EvaluationReport", "MarlEvalJson", "CollectiveReward", "CollectionExport"]
+
+# configs written when these lived in lit_marl.evaluation (class_path: lit_marl.evaluation.EvaluationReport) still
+# resolve: the names are put back there whenever the callbacks load (the CLI loads them before it reads a config)
+for _name in _evaluation.MOVED_TO_CALLBACKS:
+    setattr(_evaluation, _name, globals()[_name])

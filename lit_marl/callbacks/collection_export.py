@@ -15,7 +15,7 @@ from tensordict import TensorDictBase
 from typing_extensions import override
 
 from lit_marl.atomic import atomic_target
-from lit_marl.callbacks import MarlCallback
+from lit_marl.callbacks.hooks import MarlCallback
 from lit_marl.errors import ConfigError
 
 

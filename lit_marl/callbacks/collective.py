@@ -21,7 +21,7 @@ import torch
 from tensordict import TensorDictBase
 from typing_extensions import override
 
-from lit_marl.callbacks import MarlCallback
+from lit_marl.callbacks.hooks import MarlCallback
 from lit_marl.errors import ConfigError
 
 COLLECTIVE_REWARD = "COLLECTIVE_REWARD"

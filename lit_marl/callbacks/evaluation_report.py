@@ -12,7 +12,7 @@ thread), optionally exports the episodes as a memory-mapped TensorDict, and writ
 
 During training it renders validation videos (``val_video_every``). What it writes is built by
 :mod:`lit_marl.evaluation` (offline results: :func:`~lit_marl.evaluation.build_eval_info`, the statistics, the video
-encoder); :func:`lit_marl.evaluation.evaluate_checkpoint` runs it from Python.
+encoder); :func:`lit_marl.evaluate.evaluate_checkpoint` runs it from Python.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from tensordict import TensorDictBase
 from typing_extensions import override
 
-from lit_marl.callbacks import MarlCallback
+from lit_marl.callbacks.hooks import MarlCallback
 from lit_marl.errors import ConfigError, non_negative_int
 from lit_marl.evaluation.episodes import episode_records
 from lit_marl.evaluation.eval_info import EVAL_INFO, build_eval_info, export_rollouts

@@ -25,7 +25,7 @@ import torch
 from tensordict import TensorDictBase
 from typing_extensions import override
 
-from lit_marl.callbacks import MarlCallback
+from lit_marl.callbacks.hooks import MarlCallback
 from lit_marl.data import EvaluationBatches
 from lit_marl.errors import ConfigError, non_negative_int
 from lit_marl.evaluation.episodes import episode_records

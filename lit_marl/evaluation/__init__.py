@@ -1,11 +1,12 @@
-"""Evaluation results, offline: standalone evaluation (``eval_info.json``), episode exports, paired comparisons,
-marl-eval files read back, statistics. The callbacks that write results during a run live in
-:mod:`lit_marl.callbacks` (:class:`~lit_marl.callbacks.EvaluationReport`, :class:`~lit_marl.callbacks.MarlEvalJson`,
-:class:`~lit_marl.callbacks.CollectiveReward`, :class:`~lit_marl.callbacks.CollectionExport`).
+"""Evaluation results, offline: ``eval_info.json`` (per-episode records, aggregates with bootstrap CIs, provenance),
+episode exports, paired comparisons, marl-eval files read back, statistics. The callbacks that write results during
+a run live in :mod:`lit_marl.callbacks` (:class:`~lit_marl.callbacks.EvaluationReport`,
+:class:`~lit_marl.callbacks.MarlEvalJson`, :class:`~lit_marl.callbacks.CollectiveReward`,
+:class:`~lit_marl.callbacks.CollectionExport`); the runner that evaluates a checkpoint from Python,
+:func:`lit_marl.evaluate.evaluate_checkpoint` (and :func:`~lit_marl.evaluate.compare_checkpoints`), sits above the
+algorithms, in :mod:`lit_marl.evaluate`.
 
-- :func:`evaluate_checkpoint` / ``lit-marl test``: N seeded episodes of a checkpoint, per-episode records,
-  aggregates with bootstrap CIs, provenance, videos of the first K episodes.
-- :func:`compare` / :func:`compare_checkpoints`: two checkpoints on the same episodes, paired difference with a CI.
+- :func:`compare`: two evaluations of the same episodes, paired difference with a CI.
 - :func:`load_episodes` / :func:`load_collections`: exported evaluation episodes / training batches.
 - :mod:`lit_marl.evaluation.statistics`: the statistics (scipy's bootstrap); :mod:`~lit_marl.evaluation.results`:
   marl-eval files to ``lit-marl report``'s tables.
@@ -26,18 +27,19 @@ from lit_marl.evaluation.eval_info import (
     load_episodes,
     read_eval_info,
 )
-from lit_marl.evaluation.evaluate import compare_checkpoints, evaluate_checkpoint
 
 #: the callbacks that lived here before they moved to :mod:`lit_marl.callbacks`: configs and benchmark folders written
-#: with ``class_path: lit_marl.evaluation.<name>`` keep working
+#: with ``class_path: lit_marl.evaluation.<name>`` keep working (lit_marl.callbacks puts them back here when it loads,
+#: as the CLI does before it reads a config)
 MOVED_TO_CALLBACKS = ("EvaluationReport", "MarlEvalJson", "CollectiveReward", "CollectionExport")
+#: the checkpoint runner, which moved above the algorithms it runs
+MOVED_TO_EVALUATE = ("evaluate_checkpoint", "compare_checkpoints")
 
 
 def __getattr__(name: str) -> Any:
-    if name in MOVED_TO_CALLBACKS:  # looked up on use, so this package never imports the callbacks at load time
-        import lit_marl.callbacks
-
-        return getattr(lit_marl.callbacks, name)
+    if name in MOVED_TO_CALLBACKS or name in MOVED_TO_EVALUATE:
+        home = "lit_marl.callbacks" if name in MOVED_TO_CALLBACKS else "lit_marl.evaluate"
+        raise AttributeError(f"lit_marl.evaluation.{name} moved to {home}: from {home} import {name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -45,9 +47,7 @@ __all__ = [
     "EVAL_INFO",
     "build_eval_info",
     "compare",
-    "compare_checkpoints",
     "episode_records",
-    "evaluate_checkpoint",
     "export_rollouts",
     "first_episode_mask",
     "load_collections",

@@ -15,7 +15,8 @@ import torch
 from lit_marl.algorithms import IPPO, MAPPO
 from lit_marl.callbacks import EvaluationReport
 from lit_marl.errors import ConfigError
-from lit_marl.evaluation import compare, evaluate_checkpoint, load_episodes, read_eval_info
+from lit_marl.evaluate import evaluate_checkpoint
+from lit_marl.evaluation import compare, load_episodes, read_eval_info
 from lit_marl.evaluation.io import sha256
 from tests.helpers.tiny import tiny_kwargs, tiny_task
 from tests.helpers.tiny_env import CountdownTask, first_episode

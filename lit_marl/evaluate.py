@@ -1,4 +1,6 @@
-"""The standalone evaluation of checkpoints from Python and the ``lit-marl compare`` command.
+"""The standalone evaluation of checkpoints from Python and the ``lit-marl compare`` command. It sits above the
+algorithms and the callbacks it runs, beside ``cli.py``; :mod:`lit_marl.evaluation` (the results it builds on)
+imports neither.
 
 :func:`evaluate_checkpoint` runs a test of one checkpoint, as ``lit-marl test`` does, with the
 :class:`~lit_marl.callbacks.EvaluationReport` callback writing ``eval_info.json`` (and videos, an episode export) into a
@@ -8,12 +10,16 @@ new folder ``<run>/eval/<timestamp>/``; :func:`compare_checkpoints` evaluates tw
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 
+from lit_marl.algorithms.registry import algorithm_class
+from lit_marl.callbacks.evaluation_report import EvaluationReport
+from lit_marl.checkpoint import read_checkpoint
 from lit_marl.evaluation.eval_info import compare
 from lit_marl.evaluation.io import write_json
 from lit_marl.evaluation.statistics import CONFIDENCE
@@ -35,12 +41,6 @@ def evaluate_checkpoint(ckpt_path: str | os.PathLike, episodes: int | None = Non
         >>> info = evaluate_checkpoint("runs/quickstart/version_0/checkpoints/last.ckpt", episodes=50)
         >>> info["aggregated"]["return"]["iqm"]  # {"value": ..., "ci_low": ..., "ci_high": ...}
     """
-    # the runner sits above the algorithms and the callbacks, whose results this package builds: it imports them
-    # when called, so that ``lit_marl.evaluation`` loads without either
-    from lit_marl.algorithms.registry import algorithm_class
-    from lit_marl.callbacks.evaluation_report import EvaluationReport
-    from lit_marl.checkpoint import read_checkpoint
-
     meta = read_checkpoint(ckpt_path)["lit_marl"]
     cls = algorithm or algorithm_class(meta["algorithm"])
     overrides: dict[str, Any] = {}
@@ -75,7 +75,6 @@ def compare_checkpoints(a: str | os.PathLike, b: str | os.PathLike, episodes: in
 
 def main(argv: list[str]) -> int:
     """``lit-marl compare A B [--out FILE]``: paired comparison of two ``eval_info.json`` (or their folders)."""
-    import argparse
 
     parser = argparse.ArgumentParser(prog="lit-marl compare", description=compare.__doc__.split("\n\n")[0])
     parser.add_argument("a", help="eval_info.json of A (or its folder)")
