@@ -15,6 +15,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from lit_marl import __version__
 from lit_marl.atomic import atomic_target
+from lit_marl.data.replay import buffer_state
 from lit_marl.errors import CheckpointError, ConfigError
 from lit_marl.reading import looks_like_json
 from lit_marl.utils import rng_state
@@ -299,8 +300,6 @@ def check_state_dict(saved: dict[str, Any], current: dict[str, torch.Tensor], so
 def buffers_meta(buffers: dict[str, Any], world_size: int, token: str) -> dict[str, Any]:
     """What a checkpoint's ``lit_marl`` entry holds of the replay buffers: their state by group, or, under DDP, where
     each process writes its own (:func:`save_buffers_per_process`) and their state to write there."""
-    from lit_marl.data.replay import buffer_state
-
     state = {group: buffer_state(buffer) for group, buffer in buffers.items()}
     if world_size > 1:
         return {"rank_buffers_state": state, "rank_buffers": {"world_size": world_size, "token": token}}

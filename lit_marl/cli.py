@@ -260,7 +260,7 @@ class LitMarlCLI(LightningCLI):
 
 #: ``lit-marl <command>`` beside fit/validate/test: the module whose ``main(argv)`` runs it
 RESULT_COMMANDS = {
-    "benchmark": "lit_marl.benchmark",
+    "benchmark": "lit_marl.benchmark.command",
     "report": "lit_marl.evaluation.results",
     "compare": "lit_marl.evaluate",
     "export": "lit_marl.export",

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
 import importlib
 import inspect
 import random
+import signal
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -165,3 +167,12 @@ def derived_seed(*parts: int) -> int:
     """A 32-bit seed from several integers (base seed, rank, iteration…); 32 bits because simulators
     pass it on to ``numpy.random.seed``."""
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1, dtype=np.uint32)[0])
+
+
+def die_with_parent() -> None:
+    """In a child process, before it runs (``preexec_fn``): SIGTERM when its parent dies (Linux; elsewhere nothing),
+    so a killed worker or SLURM task leaves no run training on."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass

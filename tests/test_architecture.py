@@ -17,7 +17,7 @@ ROOT = Path(lit_marl.__file__).parent
 MAX_LINES = 450
 #: packages whose overriding methods must say so with ``@override``
 OVERRIDE_PACKAGES = ("lit_marl.algorithms", "lit_marl.envs", "lit_marl.models", "lit_marl.data", "lit_marl.callbacks",
-                     "lit_marl.tune", "lit_marl.slurm", "lit_marl.evaluation", "lit_marl.export")
+                     "lit_marl.tune", "lit_marl.slurm", "lit_marl.benchmark", "lit_marl.evaluation", "lit_marl.export")
 
 
 def _sources() -> list[Path]:
@@ -57,16 +57,17 @@ def test_dependencies_run_one_way(package, forbidden):
 
 def test_evaluation_holds_offline_results_and_no_callback():
     """The callbacks that write results during a run live in ``callbacks/`` and build them with ``evaluation/``; the
-    evaluation package defines none and loads without them (it reaches them only when a checkpoint is evaluated)."""
+    evaluation package defines none and imports neither them nor the algorithms (the checkpoint runner that needs
+    both, ``lit_marl/evaluate.py``, sits above them)."""
     from lightning.pytorch import Callback
 
     callbacks = [f"{cls.__module__}.{cls.__qualname__}" for cls in _classes("lit_marl.evaluation")
                  if issubclass(cls, Callback)]
     assert not callbacks, f"callbacks in evaluation/: {callbacks}"
-    at_load = {str(p.relative_to(ROOT)): sorted(m for m in _imported_modules(p, top_level_only=True)
+    imported = {str(p.relative_to(ROOT)): sorted(m for m in _imported_modules(p)
                                                  if m.startswith(("lit_marl.callbacks", "lit_marl.algorithms")))
-               for p in (ROOT / "evaluation").rglob("*.py")}
-    assert not {k: v for k, v in at_load.items() if v}, "evaluation/ imports callbacks/ or algorithms/ at load"
+                for p in (ROOT / "evaluation").rglob("*.py")}
+    assert not {k: v for k, v in imported.items() if v}, "evaluation/ imports callbacks/ or algorithms/"
 
 
 def test_tests_mirror_the_package():
@@ -81,10 +82,93 @@ def test_tests_mirror_the_package():
 
 def test_the_registry_imports_no_algorithm_module():
     """Algorithms register themselves as they are defined, so the registry needs none of their modules (the
-    ``base.py`` ↔ ``registry.py`` import circle is gone); it only imports the package, to load every family."""
+    ``base.py`` ↔ ``registry.py`` and ``arguments.py`` ↔ ``registry.py`` import circles are gone); importing it loads
+    the package, and so every family, first."""
     imported = _imported_modules(ROOT / "algorithms" / "registry.py")
-    assert not {m for m in imported if m.startswith("lit_marl.algorithms.") and m != "lit_marl.algorithms.arguments"}
+    assert not {m for m in imported if m.startswith("lit_marl.algorithms")}
     assert "lit_marl.algorithms.registry" not in _imported_modules(ROOT / "algorithms" / "learner.py")
+
+
+def _module_name(path: Path) -> str:
+    parts = ["lit_marl", *path.relative_to(ROOT).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph(unit=lambda name: name) -> dict[str, set[str]]:
+    """``{module: lit-marl modules it imports}`` (at the top and inside functions; ``from package import module``
+    counts the module), each name mapped through ``unit`` (e.g. to its top-level package)."""
+    modules = {_module_name(p): p for p in _sources()}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                targets.add(node.module)
+                targets.update(f"{node.module}.{alias.name}" for alias in node.names)
+        edges = {unit(t) for t in targets if t in modules} - {unit(name)}
+        graph.setdefault(unit(name), set()).update(edges)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle through each node that lies on one (depth-first search)."""
+    found, state = [], {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
+def test_the_import_graph_has_no_cycle_between_modules_or_rooms():
+    """Issue 35: no two modules import each other, directly or around a loop (a package's face counts as a module:
+    a submodule importing its own package's ``__init__`` loops through it), and neither do the rooms (the top-level
+    packages and modules of ``lit_marl/``), so every import runs from a higher layer down to a lower one."""
+    assert not _cycles(_import_graph()), _cycles(_import_graph())
+    rooms = _import_graph(lambda name: ".".join(name.split(".")[:2]))
+    assert not _cycles(rooms), _cycles(rooms)
+
+
+def test_the_cycle_check_sees_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+#: the one import of lit-marl inside a function: ``lit-marl``'s entry point imports the CLI inside a try, so that a
+#: Ctrl-C while torch loads ends quietly
+FUNCTION_LEVEL_IMPORTS = {"__main__.py": {"lit_marl.cli"}}
+
+
+def test_lit_marl_modules_are_imported_at_the_top_and_no_private_name_across_modules():
+    """Issue 35: an import of lit-marl inside a function dodges a cycle (none left: optional packages, optuna or
+    submitit, are the imports functions may make); a private name (``_x``) is its module's own."""
+    inside, private = {}, []
+    for path in _sources():
+        tree = ast.parse(path.read_text())
+        top = set(id(node) for node in tree.body)
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            ours = [n for n in names if n == "lit_marl" or n.startswith("lit_marl.")]
+            if ours and id(node) not in top:
+                inside.setdefault(str(path.relative_to(ROOT)), set()).update(ours)
+            if isinstance(node, ast.ImportFrom) and ours:
+                private += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")]
+    assert inside == FUNCTION_LEVEL_IMPORTS
+    assert not private, private
 
 
 def _classes(package: str):

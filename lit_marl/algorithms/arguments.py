@@ -11,12 +11,14 @@ so ``lit-marl fit --help`` / ``--print_config`` read) and docstring are theirs p
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 import typing
 from collections.abc import Iterator
 from typing import Any
 
+from lit_marl.algorithms.registry import algorithms_by_name, check_fits, is_algorithm
 from lit_marl.errors import ConfigError, check_types, did_you_mean
 
 #: the arguments a learner gets from the run, not from the user
@@ -158,8 +160,6 @@ def build_learner(algorithm: type, task: Any, group: str | None, facts: Any, arg
     """``algorithm``'s learner of ``group``. With ``group=None`` it only checks, before the groups are known (the probe
     env is not built yet): the learner's own checks, its arguments' types, and the task and models against what the
     algorithm can train. A ConfigError is named by ``entry`` where given (an Ensemble's ``algorithms.<group>``)."""
-    from lit_marl.algorithms.registry import check_fits
-
     try:
         learner = algorithm.learner_class(task, group, facts, **algorithm.learner_settings, **arguments)
         if group is None:
@@ -172,3 +172,31 @@ def build_learner(algorithm: type, task: Any, group: str | None, facts: Any, arg
         where = f"{entry} ({algorithm.__name__}): " if str(err).startswith("task") else f"{entry}.init_args."
         raise ConfigError(where + str(err)) from None
 
+
+def algorithm_entry(field: str, entry: Any) -> tuple[type, dict[str, Any]]:
+    """The algorithm class and its learner's arguments that a config entry ``{class_path, init_args}`` names (an
+    Ensemble's ``algorithms.<group>``, given as ``field``), refused by name unless it is a lit-marl algorithm whose
+    learner takes those arguments."""
+    allowed = ", ".join(c.__name__ for c in algorithms_by_name().values() if c.learner_class is not None)
+    if not isinstance(entry, dict) or not isinstance(entry.get("class_path"), str) or set(entry) - {"class_path",
+                                                                                                    "init_args"}:
+        raise ConfigError(f"{field}: expected {{class_path: <algorithm>, init_args: {{…}}}}, got {entry!r}; "
+                          f"allowed algorithms: {allowed}")
+    module_name, _, name = entry["class_path"].rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name or "lit_marl.algorithms"), name)
+    except (ImportError, AttributeError, ValueError):
+        cls = None
+    if not (is_algorithm(cls) and cls.learner_class):
+        raise ConfigError(f"{field}.class_path: {entry['class_path']!r} is not a lit-marl algorithm; "
+                          f"allowed: {allowed} (as lit_marl.algorithms.<name>), or a subclass of one")
+    init_args = dict(entry.get("init_args") or {})
+    own = [p.name for p in parameters_of(cls.learner_class, learner_skip(cls))]
+    for name in init_args:
+        if name not in own:
+            shared = name in inspect.signature(cls).parameters
+            raise ConfigError(f"{field}.init_args.{name}: " + (
+                f"set once for all groups on the ensemble (model.init_args.{name}), since the groups share one "
+                f"collection and training loop; allowed: leave it out of {field}" if shared else
+                f"{cls.__name__} has no such argument; allowed: {', '.join(own)}"))
+    return cls, init_args

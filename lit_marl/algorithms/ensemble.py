@@ -12,11 +12,10 @@ from typing import Any, ClassVar
 
 from typing_extensions import override
 
-from lit_marl.algorithms.arguments import build_learner
+from lit_marl.algorithms.arguments import algorithm_entry, build_learner
 from lit_marl.algorithms.base import MarlAlgorithm
 from lit_marl.algorithms.learner import GroupLearner
 from lit_marl.algorithms.on_policy import OnPolicyAlgorithm
-from lit_marl.algorithms.registry import algorithm_entry
 from lit_marl.data import OffPolicyData, OnPolicyData
 from lit_marl.errors import CheckpointError, ConfigError
 from lit_marl.utils import Configurable

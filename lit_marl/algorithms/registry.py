@@ -24,9 +24,8 @@ def is_algorithm(cls: Any) -> bool:
 
 def algorithms_by_name() -> dict[str, type]:
     """``{algorithm_name: class}`` of lit-marl's algorithms (a research subclass outside ``lit_marl`` is not
-    listed, and never shadows the class it extends)."""
-    import lit_marl.algorithms  # noqa: F401  (imports every algorithm family, so every class is registered)
-
+    listed, and never shadows the class it extends). Complete whenever this module is: importing it loads
+    ``lit_marl.algorithms`` first, which imports every algorithm family."""
     found: dict[str, type] = {}
     for cls in _REGISTERED:
         if cls.__module__.startswith("lit_marl."):
@@ -71,37 +70,3 @@ def check_fits(name: str, cls: type, task: Any, actor_model: Any, critic_model: 
         f"actions; allowed: continuous_actions={str(not continuous).lower()}, or an algorithm for {kind} actions: "
         f"{', '.join(algorithm_names(**{flag: True})) or 'none yet'}"
     )
-
-
-def algorithm_entry(field: str, entry: Any) -> tuple[type, dict[str, Any]]:
-    """The algorithm class and its learner's arguments that a config entry ``{class_path, init_args}`` names (an
-    Ensemble's ``algorithms.<group>``, given as ``field``), refused by name unless it is a lit-marl algorithm whose
-    learner takes those arguments."""
-    import importlib
-    import inspect
-
-    from lit_marl.algorithms.arguments import learner_skip, parameters_of
-
-    allowed = ", ".join(c.__name__ for c in algorithms_by_name().values() if c.learner_class is not None)
-    if not isinstance(entry, dict) or not isinstance(entry.get("class_path"), str) or set(entry) - {"class_path",
-                                                                                                    "init_args"}:
-        raise ConfigError(f"{field}: expected {{class_path: <algorithm>, init_args: {{…}}}}, got {entry!r}; "
-                          f"allowed algorithms: {allowed}")
-    module_name, _, name = entry["class_path"].rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name or "lit_marl.algorithms"), name)
-    except (ImportError, AttributeError, ValueError):
-        cls = None
-    if not (is_algorithm(cls) and cls.learner_class):
-        raise ConfigError(f"{field}.class_path: {entry['class_path']!r} is not a lit-marl algorithm; "
-                          f"allowed: {allowed} (as lit_marl.algorithms.<name>), or a subclass of one")
-    init_args = dict(entry.get("init_args") or {})
-    own = [p.name for p in parameters_of(cls.learner_class, learner_skip(cls))]
-    for name in init_args:
-        if name not in own:
-            shared = name in inspect.signature(cls).parameters
-            raise ConfigError(f"{field}.init_args.{name}: " + (
-                f"set once for all groups on the ensemble (model.init_args.{name}), since the groups share one "
-                f"collection and training loop; allowed: leave it out of {field}" if shared else
-                f"{cls.__name__} has no such argument; allowed: {', '.join(own)}"))
-    return cls, init_args

@@ -16,6 +16,8 @@ seeds: a report over mismatched runs is refused, naming what is missing.
 
 from __future__ import annotations
 
+import csv
+import importlib
 import os
 from pathlib import Path
 from typing import Any
@@ -23,12 +25,14 @@ from typing import Any
 import numpy as np
 
 from lit_marl.atomic import atomic_target
+from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError
 from lit_marl.evaluation import normalisation as norm_
 from lit_marl.evaluation import statistics as st
 from lit_marl.evaluation.io import write_atomic, write_json
 from lit_marl.evaluation.marl_eval import ALLOWED, FILE_NAME, marl_eval_shape
 from lit_marl.reading import json_kind, read_json, read_text, read_yaml, refused
+from lit_marl.utils import instantiate
 
 #: run index: {task ("env/task"): {algorithm: {seed: run entry of the marl-eval JSON}}}
 Runs = dict[str, dict[str, dict[int, dict[str, Any]]]]
@@ -93,12 +97,6 @@ def _mapping(data: Any) -> str | None:
 
 def _run_folder(folder: Path) -> tuple[str, str, int, list[dict[str, Any]]]:
     """``(task name, algorithm name, seed, evaluations)`` of a Lightning run folder (``val/return`` per evaluation)."""
-    import csv
-    import importlib
-
-    from lit_marl.envs.base import Task
-    from lit_marl.utils import instantiate
-
     config_file, metrics = folder / "config.yaml", folder / "metrics.csv"
     config = read_yaml(config_file, "report: run config", RUN_ALLOWED, _mapping)
     try:

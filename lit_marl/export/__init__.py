@@ -45,7 +45,9 @@ from typing import Any
 
 import torch
 
+from lit_marl.algorithms.registry import algorithm_class
 from lit_marl.atomic import atomic_target
+from lit_marl.checkpoint import read_checkpoint
 from lit_marl.errors import ConfigError
 from lit_marl.evaluation.io import package_version, provenance, write_json
 from lit_marl.export.signature import (
@@ -316,9 +318,6 @@ def default_folder(ckpt_path: str | os.PathLike, format: str) -> Path:
 def export_checkpoint(ckpt_path: str | os.PathLike, format: str = "exported", out: str | os.PathLike | None = None,
                       groups: list[str] | None = None, batch_size: int | None = None) -> Path:
     """Load a lit-marl checkpoint and :func:`export_policy` it (to ``out``, default :func:`default_folder`)."""
-    from lit_marl.checkpoint import read_checkpoint
-    from lit_marl.algorithms.registry import algorithm_class
-
     format = _check_format(format)
     batch_size = _batch_arg(batch_size)
     if out is not None:

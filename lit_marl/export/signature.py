@@ -16,7 +16,9 @@ from torchrl.data import Binary, Composite, TensorSpec
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from typing_extensions import override
 
+from lit_marl.algorithms.common import MaskGuard
 from lit_marl.errors import ConfigError
+from lit_marl.models.recurrent import recurrent_state_specs
 
 @dataclass(frozen=True)
 class TensorInfo:
@@ -76,8 +78,6 @@ def _without_mask_guards(policy: nn.Module) -> nn.Module:
     """Drop :class:`~lit_marl.algorithms.common.MaskGuard` from a (copied) policy: its check that every agent has a
     legal action branches on the data, which no traced graph can hold (``torch.export`` refuses it). An exported
     policy given a mask without any legal action returns action 0 for that agent."""
-    from lit_marl.algorithms.common import MaskGuard
-
     for module in policy.modules():
         if isinstance(module, TensorDictSequential):
             for i, sub in enumerate(module.module):
@@ -98,8 +98,6 @@ def _name(key: NestedKey, group: str) -> str:
 
 def _entry_spec(module, group: str, key: NestedKey) -> TensorSpec:
     """The spec of one environment's ``key`` (observations from the task, hidden states from the networks)."""
-    from lit_marl.models.recurrent import recurrent_state_specs
-
     observation_spec: Composite = module.task.specs.observation_spec
     if key in observation_spec.keys(include_nested=True):
         return observation_spec[key]

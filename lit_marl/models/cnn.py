@@ -12,7 +12,7 @@ from typing_extensions import override
 
 from lit_marl.errors import ConfigError, check_types
 from lit_marl.models.base import ModelConfig, ModelInputs, as_features
-from lit_marl.models.mlp import _activation, _positive_ints
+from lit_marl.models.mlp import activation_module, positive_ints
 
 
 class _ConvThenMlp(nn.Module):
@@ -68,15 +68,15 @@ class Cnn(ModelConfig):
         channels_last: bool = True,
     ) -> None:
         check_types(Cnn.__init__, {k: v for k, v in locals().items() if k != "self"})
-        self.cnn_num_cells = _positive_ints("cnn_num_cells", cnn_num_cells)
+        self.cnn_num_cells = positive_ints("cnn_num_cells", cnn_num_cells)
         depth = len(self.cnn_num_cells)
         self.cnn_kernel_sizes = _per_layer("cnn_kernel_sizes", cnn_kernel_sizes, depth, minimum=1)
         self.cnn_strides = _per_layer("cnn_strides", cnn_strides, depth, minimum=1)
         self.cnn_paddings = _per_layer("cnn_paddings", cnn_paddings, depth, minimum=0)
-        _activation(cnn_activation_class, "cnn_activation_class")
-        _activation(mlp_activation_class, "mlp_activation_class")
+        activation_module(cnn_activation_class, "cnn_activation_class")
+        activation_module(mlp_activation_class, "mlp_activation_class")
         self.cnn_activation_class = cnn_activation_class
-        self.mlp_num_cells = _positive_ints("mlp_num_cells", mlp_num_cells, allow_empty=True)
+        self.mlp_num_cells = positive_ints("mlp_num_cells", mlp_num_cells, allow_empty=True)
         self.mlp_activation_class = mlp_activation_class
         self.channels_last = bool(channels_last)
 
@@ -101,7 +101,7 @@ class Cnn(ModelConfig):
             n_agents=inputs.n_agents, centralized=centralised, share_params=share_params, device=device,
             in_features=channels, num_cells=list(self.cnn_num_cells), kernel_sizes=list(self.cnn_kernel_sizes),
             strides=list(self.cnn_strides), paddings=list(self.cnn_paddings),
-            activation_class=_activation(self.cnn_activation_class),
+            activation_class=activation_module(self.cnn_activation_class),
         )
         height, width = spatial[0]
         with torch.no_grad():
@@ -116,7 +116,7 @@ class Cnn(ModelConfig):
         mlp = MultiAgentMLP(
             n_agent_inputs=conv_features + sum(inputs.shapes[i].numel() for i in flat), n_agent_outputs=n_agent_outputs,
             n_agents=inputs.n_agents, centralized=False, share_params=share_params, device=device,
-            num_cells=list(self.mlp_num_cells), activation_class=_activation(self.mlp_activation_class),
+            num_cells=list(self.mlp_num_cells), activation_class=activation_module(self.mlp_activation_class),
         )
         module = _ConvThenMlp(conv, mlp, image_slots, self.channels_last, head)
         return TensorDictModule(module, in_keys=list(inputs.keys), out_keys=list(out_keys))

@@ -23,7 +23,7 @@ from typing_extensions import override
 
 from lit_marl.errors import ConfigError, check_types, one_of
 from lit_marl.models.base import ModelConfig, ModelInputs
-from lit_marl.models.mlp import _activation, _positive_ints
+from lit_marl.models.mlp import activation_module, positive_ints
 
 AGGREGATIONS = ("sum", "mean", "max")
 
@@ -113,22 +113,22 @@ class DeepSets(ModelConfig):
         activation_class: str = "Tanh",
     ) -> None:
         check_types(DeepSets.__init__, {k: v for k, v in locals().items() if k != "self"})
-        self.local_nn_num_cells = _positive_ints("local_nn_num_cells", local_nn_num_cells, allow_empty=True)
-        self.local_nn_out_features = _positive_ints("local_nn_out_features", [local_nn_out_features])[0]
-        self.global_nn_num_cells = _positive_ints("global_nn_num_cells", global_nn_num_cells, allow_empty=True)
+        self.local_nn_num_cells = positive_ints("local_nn_num_cells", local_nn_num_cells, allow_empty=True)
+        self.local_nn_out_features = positive_ints("local_nn_out_features", [local_nn_out_features])[0]
+        self.global_nn_num_cells = positive_ints("global_nn_num_cells", global_nn_num_cells, allow_empty=True)
         self.aggregation = one_of("aggregation", aggregation, AGGREGATIONS)
-        _activation(activation_class)
+        activation_module(activation_class)
         self.activation_class = activation_class
 
     def _mlp(self, n_in: int, n_out: int, cells: list[int], device) -> MLP:
         return MLP(in_features=n_in, out_features=n_out, num_cells=list(cells), device=device,
-                   activation_class=_activation(self.activation_class))
+                   activation_class=activation_module(self.activation_class))
 
     def _multi_agent_mlp(self, n_in: int, n_out: int, n_agents: int, share_params: bool, cells: list[int],
                          device) -> MultiAgentMLP:
         return MultiAgentMLP(n_agent_inputs=n_in, n_agent_outputs=n_out, n_agents=n_agents, centralized=False,
                              share_params=share_params, num_cells=list(cells), device=device,
-                             activation_class=_activation(self.activation_class))
+                             activation_class=activation_module(self.activation_class))
 
     @override
     def build_module(self, inputs: ModelInputs, out_keys, n_agent_outputs, centralised, share_params, head=None,

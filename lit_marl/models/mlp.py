@@ -14,7 +14,7 @@ from lit_marl.models.base import ModelConfig
 from lit_marl.errors import ConfigError, check_types
 
 
-def _activation(name: str, field: str = "activation_class") -> type[nn.Module]:
+def activation_module(name: str, field: str = "activation_class") -> type[nn.Module]:
     cls = getattr(nn, name, None) if isinstance(name, str) else None
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         allowed = "Tanh, ReLU, ELU, LeakyReLU, GELU, SiLU, Mish, Softplus (any torch.nn module name)"
@@ -22,7 +22,7 @@ def _activation(name: str, field: str = "activation_class") -> type[nn.Module]:
     return cls
 
 
-def _positive_ints(field: str, value: Sequence[int], allow_empty: bool = False) -> list[int]:
+def positive_ints(field: str, value: Sequence[int], allow_empty: bool = False) -> list[int]:
     """A list of layer widths, checked."""
     cells = list(value) if isinstance(value, (list, tuple)) else None
     if cells is None or (not cells and not allow_empty) or any(
@@ -45,13 +45,13 @@ class Mlp(ModelConfig):
                  layer_norm: bool = False) -> None:
         check_types(Mlp.__init__, {"num_cells": num_cells, "activation_class": activation_class,
                                    "layer_norm": layer_norm})
-        self.num_cells = _positive_ints("num_cells", num_cells)
-        _activation(activation_class)
+        self.num_cells = positive_ints("num_cells", num_cells)
+        activation_module(activation_class)
         self.activation_class = activation_class
         self.layer_norm = bool(layer_norm)
 
     def _layer_kwargs(self) -> dict:
-        kwargs: dict = {"num_cells": list(self.num_cells), "activation_class": _activation(self.activation_class)}
+        kwargs: dict = {"num_cells": list(self.num_cells), "activation_class": activation_module(self.activation_class)}
         if self.layer_norm:
             kwargs["norm_class"] = nn.LayerNorm
             kwargs["norm_kwargs"] = [{"normalized_shape": c} for c in self.num_cells]

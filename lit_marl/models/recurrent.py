@@ -35,7 +35,7 @@ from typing_extensions import override
 
 from lit_marl.errors import ConfigError, check_types
 from lit_marl.models.base import ModelConfig, ModelInputs
-from lit_marl.models.mlp import _positive_ints
+from lit_marl.models.mlp import positive_ints
 
 _MODE = threading.local()
 
@@ -158,8 +158,8 @@ class _Recurrent(ModelConfig):
 
     def __init__(self, hidden_size: int = 128, n_layers: int = 1) -> None:
         check_types(_Recurrent.__init__, {"hidden_size": hidden_size, "n_layers": n_layers})
-        self.hidden_size = _positive_ints("hidden_size", [hidden_size])[0]
-        self.n_layers = _positive_ints("n_layers", [n_layers])[0]
+        self.hidden_size = positive_ints("hidden_size", [hidden_size])[0]
+        self.n_layers = positive_ints("n_layers", [n_layers])[0]
 
     @override
     def build_module(self, inputs: ModelInputs, out_keys, n_agent_outputs, centralised, share_params, head=None,

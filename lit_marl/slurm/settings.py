@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from lit_marl.errors import ConfigError, non_negative_int, positive_float, positive_int
+from lit_marl.errors import ConfigError, did_you_mean, non_negative_int, positive_float, positive_int
 
 #: how runs (or a study's workers) are started: processes on this machine, or a SLURM job array
 LAUNCHERS = ("local", "slurm")
@@ -86,8 +86,6 @@ def parse_settings(data: Any, field_name: str = "slurm") -> SlurmSettings:
                           f"{', '.join(allowed)}")
     unknown = sorted(set(data) - set(allowed))
     if unknown:
-        from lit_marl.errors import did_you_mean
-
         hint = did_you_mean(unknown[0], allowed)
         raise ConfigError(f"{field_name}.{unknown[0]}: unknown SLURM setting; {hint}allowed: {', '.join(allowed)}")
     settings = SlurmSettings()

@@ -25,12 +25,17 @@ from typing import Any
 import yaml
 
 from lit_marl.atomic import write_atomic
-from lit_marl.errors import ConfigError, positive_int
+from lit_marl.cli import main as cli_main
+from lit_marl.errors import ConfigError, one_of, positive_int
 from lit_marl.reading import read_yaml
-from lit_marl.slurm.settings import LAUNCHERS, add_launcher_arguments
-from lit_marl.tune.journal import check_journal
-from lit_marl.tune.space import DIRECTIONS, OBJECTIVES, TuneSettings, parse_settings
-from lit_marl.tune.study import BASE_CONFIG, JOURNAL, SETTINGS_FILE, STUDY_NAME, Worker, journal_storage, with_params
+from lit_marl.slurm.settings import LAUNCHERS, add_launcher_arguments, check_cluster
+from lit_marl.slurm.settings import parse_settings as parse_slurm
+from lit_marl.tune.journal import check_journal, journal_storage
+from lit_marl.tune.results import write_study_results
+from lit_marl.tune.slurm import submit_workers
+from lit_marl.tune.space import DIRECTIONS, OBJECTIVES, TuneSettings, dotted_keys, parse_settings
+from lit_marl.tune.study import BASE_CONFIG, JOURNAL, SETTINGS_FILE, STUDY_NAME, Worker, with_params
+from lit_marl.utils import die_with_parent
 
 
 def _read_yaml(path: str | os.PathLike, field_name: str) -> Any:
@@ -41,9 +46,6 @@ def _read_yaml(path: str | os.PathLike, field_name: str) -> Any:
 def config_keys(config_path: str | os.PathLike) -> set[str]:
     """Every dotted key of the config as ``lit-marl fit --config <config> --print_config`` shows it (defaults
     included); a config that does not parse stops here, with fit's own message."""
-    from lit_marl.cli import main as cli_main
-    from lit_marl.tune.space import dotted_keys
-
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         try:
@@ -102,13 +104,11 @@ def prepare(root: Path, settings: TuneSettings, config: dict[str, Any], new_stud
 
 def run_workers(root: Path, workers: int, log=print) -> None:
     """``workers`` worker processes on the study in ``root``; returns when all have ended."""
-    from lit_marl.tune.study import _die_with_parent
-
     package_root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
     procs = [subprocess.Popen([sys.executable, "-m", "lit_marl.tune.study", str(root), str(i)], env=env,
-                              preexec_fn=_die_with_parent) for i in range(workers)]
+                              preexec_fn=die_with_parent) for i in range(workers)]
     try:
         while any(p.poll() is None for p in procs):
             time.sleep(0.2)
@@ -124,25 +124,9 @@ def run_workers(root: Path, workers: int, log=print) -> None:
             log(f"lit-marl tune: worker {i} ended with exit {proc.returncode}")
 
 
-def write_study_results(root: Path, log=print) -> None:
-    """``best.yaml``, ``trials.csv`` and the plots of the study in ``root``, from what it holds now."""
-    import optuna
-
-    from lit_marl.tune.results import write_results
-    from lit_marl.tune.space import parse_settings
-
-    settings = parse_settings(yaml.safe_load((root / SETTINGS_FILE).read_text()))
-    config = yaml.safe_load((root / BASE_CONFIG).read_text())
-    study = optuna.load_study(study_name=STUDY_NAME, storage=journal_storage(root / JOURNAL))
-    write_results(root, study, settings, config, log=log)
-
-
 def launch_settings(space_path: str, launcher: str | None):
     """The launcher (``--launcher``, else the space file's ``launcher``, else local) and the ``slurm:`` settings of
     the space file, checked."""
-    from lit_marl.errors import one_of
-    from lit_marl.slurm.settings import parse_settings as parse_slurm
-
     data = _read_yaml(space_path, "space")
     data = data if isinstance(data, dict) else {}
     return one_of("launcher", launcher or data.get("launcher", "local"), LAUNCHERS), \
@@ -184,26 +168,17 @@ def main(argv: list[str]) -> int:
               f"({', '.join(settings.space)}): {settings.trials} trials x {len(settings.seeds)} seeds -> {root}")
         return 0
     if launcher == "slurm":
-        from lit_marl.slurm.settings import check_cluster
-
         check_cluster(slurm)  # before the study folder is written
     study = prepare(root, settings, config, new_study=f"lit-marl tune --config {args.config} --space {args.space} "
                                                       f"--out <a new folder>")
     print(f"lit-marl tune {root}: {len(study.trials)} trials so far, up to {settings.trials}, {workers} worker(s); "
           f"{settings.objective} ({settings.direction}) over seeds {settings.seeds}", flush=True)
     if launcher == "slurm":
-        from lit_marl.slurm.tune import submit_workers
-
         if not submit_workers(root, workers, slurm, wait=args.wait):
             return 0
     elif workers == 1:
         Worker(root, settings, config).run()
     else:
         run_workers(root, workers)
-    import optuna
-
-    from lit_marl.tune.results import write_results
-
-    study = optuna.load_study(study_name=STUDY_NAME, storage=journal_storage(root / JOURNAL))
-    write_results(root, study, settings, config)
+    write_study_results(root)
     return 0

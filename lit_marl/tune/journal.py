@@ -14,6 +14,7 @@ continued, :func:`check_journal` (under Optuna's own lock, so no worker is mid-a
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -69,3 +70,11 @@ def _check(path: Path, new_study: str, log: Callable[[str], None]) -> None:
     log(f"lit-marl tune: the journal's last record was torn (a crash or a full disk mid-write): its {len(last)} "
         f"bytes are kept in {kept}; the study continues from its {sum(1 for x in complete if x.strip())} intact "
         f"records")
+
+
+def journal_storage(path: str | os.PathLike):
+    """Optuna's journal storage on one file (processes append under its lock; each replays the log)."""
+    from optuna.storages import JournalStorage  # optuna: the optional extra ``tune``
+    from optuna.storages.journal import JournalFileBackend
+
+    return JournalStorage(JournalFileBackend(str(path)))

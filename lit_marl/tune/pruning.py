@@ -8,6 +8,9 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
+from lit_marl.tune.journal import journal_storage
+from lit_marl.tune.space import make_pruner
+
 #: the trial's user attribute the callback sets when its pruner stopped the run (the worker reads it)
 PRUNED_AT = "pruned_at_frames"
 
@@ -15,10 +18,7 @@ PRUNED_AT = "pruned_at_frames"
 def open_trial(storage_path: str, study_name: str, trial_number: int):
     """The running trial ``trial_number`` of the study in the journal file ``storage_path``, with the study's pruner
     (kept in the study's ``pruner`` user attribute by ``lit-marl tune``)."""
-    import optuna
-
-    from lit_marl.tune.space import make_pruner
-    from lit_marl.tune.study import journal_storage
+    import optuna  # the optional extra ``tune``
 
     storage = journal_storage(storage_path)
     study_id = storage.get_study_id_from_name(study_name)

@@ -12,8 +12,9 @@ from typing import Any
 import yaml
 
 from lit_marl.atomic import atomic_target, write_atomic
-from lit_marl.tune.space import TuneSettings
-from lit_marl.tune.study import evaluation_curve, trial_folder, with_params
+from lit_marl.tune.journal import journal_storage
+from lit_marl.tune.space import TuneSettings, parse_settings
+from lit_marl.tune.study import BASE_CONFIG, JOURNAL, SETTINGS_FILE, STUDY_NAME, evaluation_curve, trial_folder, with_params
 
 #: completed trials below which parameter importances say nothing
 MIN_TRIALS_FOR_IMPORTANCES = 4
@@ -124,3 +125,13 @@ def write_results(root: Path, study, settings: TuneSettings, config: dict[str, A
             note = f"{plot.__name__.removeprefix('_plot_')} plot not made: {type(err).__name__}: {err}"
         if note:
             log(f"lit-marl tune: {note}")
+
+
+def write_study_results(root: Path, log=print) -> None:
+    """``best.yaml``, ``trials.csv`` and the plots of the study in ``root``, from what it holds now."""
+    import optuna  # the optional extra ``tune``
+
+    settings = parse_settings(yaml.safe_load((root / SETTINGS_FILE).read_text()))
+    config = yaml.safe_load((root / BASE_CONFIG).read_text())
+    study = optuna.load_study(study_name=STUDY_NAME, storage=journal_storage(root / JOURNAL))
+    write_results(root, study, settings, config, log=log)

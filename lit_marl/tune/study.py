@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import copy
 import csv
-import ctypes
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -31,21 +29,17 @@ from typing import Any
 import numpy as np
 import yaml
 
+from lit_marl.atomic import write_atomic
 from lit_marl.errors import ConfigError
+from lit_marl.evaluation.statistics import iqm
+from lit_marl.tune.journal import journal_storage
 from lit_marl.tune.pruning import PRUNED_AT
-from lit_marl.tune.space import TuneSettings, make_pruner, make_sampler
+from lit_marl.tune.space import TuneSettings, make_pruner, make_sampler, parse_settings
+from lit_marl.utils import die_with_parent
 
 STUDY_NAME = "lit-marl"
 JOURNAL, SETTINGS_FILE, BASE_CONFIG, RUN_CONFIG = "journal.log", "tune.yaml", "config.yaml", "run_config.yaml"
 WORKER, RETRY_OF, FAILED_BECAUSE, FIT_FAILED = "worker", "retry_of", "failed_because", "fit_failed"
-
-
-def journal_storage(path: str | os.PathLike):
-    """Optuna's journal storage on one file (processes append under its lock; each replays the log)."""
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    return JournalStorage(JournalFileBackend(str(path)))
 
 
 def set_dotted(config: dict[str, Any], key: str, value: Any) -> None:
@@ -89,14 +83,6 @@ def objective_value(curve: list[tuple[int, float]], objective: str) -> float:
         return float(returns[-1]) if objective == "val/return" else float(returns.mean())
     area = np.sum((returns[1:] + returns[:-1]) / 2 * np.diff(frames))  # the trapezoid rule
     return float(area / (frames[-1] - frames[0]))
-
-
-def _die_with_parent() -> None:
-    """In a child: SIGTERM when the worker dies (Linux), so a killed worker leaves no run training on."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _alive(pid: int) -> bool:
@@ -219,7 +205,7 @@ class Worker:
                "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
         with open(folder / "train.log", "a") as out:
             proc = subprocess.Popen([sys.executable, "-m", "lit_marl.cli", "fit", "--config", str(folder / RUN_CONFIG)],
-                                    stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
+                                    stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent)
             try:
                 while proc.poll() is None:
                     self._beat(trial.number)
@@ -234,8 +220,6 @@ class Worker:
         from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState
 
-        from lit_marl.atomic import write_atomic
-        from lit_marl.evaluation.statistics import iqm
 
         shown = ", ".join(f"{k.rsplit('.', 1)[-1]}={v:.4g}" if isinstance(v, float) else f"{k.rsplit('.', 1)[-1]}={v}"
                           for k, v in trial.params.items())
@@ -274,7 +258,6 @@ class Worker:
 
 def main(argv: list[str]) -> int:
     """``python -m lit_marl.tune.study <study folder> <worker index>``: one worker of ``lit-marl tune --workers``."""
-    from lit_marl.tune.space import parse_settings
 
     root, index = Path(argv[0]), int(argv[1])
     settings = parse_settings(yaml.safe_load((root / SETTINGS_FILE).read_text()))

@@ -23,8 +23,9 @@ import yaml
 from optuna.trial import TrialState
 
 from lit_marl.cli import main
-from lit_marl.slurm.grid import queued, read_jobs, wait_for
-from lit_marl.tune.study import JOURNAL, STUDY_NAME, journal_storage
+from lit_marl.slurm.jobs import queued, read_jobs, wait_for
+from lit_marl.tune.journal import journal_storage
+from lit_marl.tune.study import JOURNAL, STUDY_NAME
 from tests.helpers.runs import metric_frames, tiny_balance, tiny_grid
 from tests.tune.test_tune import _tiny_study_files
 

@@ -19,11 +19,11 @@ import pytest
 from typing_extensions import override
 
 from lit_marl.benchmark import Benchmark
+from lit_marl.benchmark.slurm import FitRun, status_table
 from lit_marl.cli import main
 from lit_marl.errors import ConfigError
-from lit_marl.slurm.grid import record_jobs, status_table
+from lit_marl.slurm.jobs import Watched, child_env, record_jobs
 from lit_marl.slurm.settings import SlurmSettings, check_cluster, parse_settings
-from lit_marl.slurm.task import FitRun, Watched, child_env
 from tests.helpers.tiny import ROOT
 from tests.helpers.runs import tiny_grid
 

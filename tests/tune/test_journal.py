@@ -14,7 +14,8 @@ optuna = pytest.importorskip("optuna")
 from lit_marl.errors import ConfigError  # noqa: E402
 from lit_marl.tune.command import prepare  # noqa: E402
 from lit_marl.tune.space import parse_settings  # noqa: E402
-from lit_marl.tune.study import JOURNAL, SETTINGS_FILE, STUDY_NAME, journal_storage  # noqa: E402
+from lit_marl.tune.journal import journal_storage  # noqa: E402
+from lit_marl.tune.study import JOURNAL, SETTINGS_FILE, STUDY_NAME  # noqa: E402
 
 CONFIG = {"model": {"init_args": {"lr": 0.1}}}
 

@@ -26,10 +26,11 @@ from optuna.trial import TrialState  # noqa: E402
 from lit_marl.cli import main  # noqa: E402
 from lit_marl.errors import ConfigError  # noqa: E402
 from lit_marl.tune.command import prepare  # noqa: E402
+from lit_marl.tune.journal import journal_storage  # noqa: E402
 from lit_marl.tune.pruning import PRUNED_AT, TrialPruning  # noqa: E402
 from lit_marl.tune.space import parse_settings  # noqa: E402
 from lit_marl.tune.study import (  # noqa: E402
-    FAILED_BECAUSE, JOURNAL, RETRY_OF, STUDY_NAME, Worker, journal_storage, objective_value,
+    FAILED_BECAUSE, JOURNAL, RETRY_OF, STUDY_NAME, Worker, objective_value,
 )
 from tests.helpers.tiny import ROOT  # noqa: E402
 from tests.helpers.runs import tiny_balance  # noqa: E402

@@ -1,5 +1,8 @@
-"""What one SLURM array task runs: a process on the compute node (the same one a local launch starts), watched by
-submitit's job process, which turns SLURM's signals into a checkpoint and a requeue.
+"""SLURM's job plumbing, for any study lit-marl submits (a benchmark grid, a tune study's workers): what one array
+task runs (:class:`Watched`: a process on the compute node, the same one a local launch starts, watched by submitit's
+job process, which turns SLURM's signals into a checkpoint and a requeue), and the queue read back (``squeue``) and
+recorded (``slurm_jobs.json``). What a benchmark run and a tune worker are lives beside their commands
+(:mod:`lit_marl.benchmark.slurm`, :mod:`lit_marl.tune.slurm`).
 
 SLURM sends SIGUSR2 ``signal_delay_s`` before the time limit (or up to a minute earlier) to every process of the
 task. The watched process ignores it; submitit calls :meth:`Watched.checkpoint`, which asks the process to stop
@@ -17,22 +20,21 @@ workstation (``CUDA_VISIBLE_DEVICES``, which SLURM sets, is kept).
 
 from __future__ import annotations
 
-import ctypes
+import getpass
+import json
 import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
-
-from typing_extensions import override
+from typing import Any
 
 from lit_marl.atomic import write_json
+from lit_marl.errors import ConfigError
+from lit_marl.utils import die_with_parent
 
-#: a run whose fit failed (not interrupted) says so here; the next launch removes it
-FAILED = "failed.json"
 #: environment variables the watched process does not get (SLURM's, submitit's)
 STRIPPED_PREFIXES = ("SLURM_", "SLURMD_", "SBATCH_", "SRUN_", "SALLOC_", "SUBMITIT_", "PMI_", "PMIX_", "OMPI_")
 #: exit codes of a run stopped by a signal after its checkpoint (SIGTERM, SIGUSR1, SIGINT), or killed
@@ -52,16 +54,13 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def _child_signals() -> None:
+def child_signals() -> None:
     """In the watched process before it starts: SLURM's SIGUSR2 is not for it, and a SIGUSR1 before its handler is
     installed must not kill it (it is sent again until the handler takes it); it gets SIGTERM when its watcher dies."""
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # (ignored when inherited so: Python would keep ignoring it)
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    die_with_parent()
 
 
 def array_job_id() -> str | None:
@@ -95,7 +94,7 @@ class Watched(ABC):
 
     @abstractmethod
     def command(self) -> list[str]:
-        """The process to run: each kind of task says (:class:`FitRun`: ``lit-marl fit``; the tune worker's)."""
+        """The process to run: each kind of task says (a benchmark run: ``lit-marl fit``; a tune worker)."""
 
     def before(self) -> str | None:
         """Checks before the process starts; a reason not to start it, or None."""
@@ -119,7 +118,7 @@ class Watched(ABC):
         self._started = time.time()
         with open(Path(self.folder) / self.log, "a") as out:
             self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=child_env(),
-                                          cwd=os.getcwd(), preexec_fn=_child_signals)
+                                          cwd=os.getcwd(), preexec_fn=child_signals)
             try:
                 while self._proc.poll() is None:
                     time.sleep(0.5)
@@ -146,7 +145,7 @@ class Watched(ABC):
     def checkpoint(self, *args, **kwargs):
         """submitit, on SLURM's signal before the time limit (or a pre-emption): stop the process at its next
         checkpoint and hand back a fresh task to requeue; None (no requeue) when it had ended anyway."""
-        from submitit.helpers import DelayedSubmission
+        from submitit.helpers import DelayedSubmission  # submitit: the optional extra ``cluster``
 
         if self._proc is not None:
             code = self._proc.returncode if self._proc.poll() is not None else self._stop()
@@ -157,82 +156,43 @@ class Watched(ABC):
         return DelayedSubmission(type(self)(**self.__getstate__()))
 
 
-class FitRun(Watched):
-    """One run of a benchmark grid: ``lit-marl fit --config <run>/run_config.yaml [--ckpt_path <newest last.ckpt>]``;
-    ``finished.json`` when it ends with exit 0, ``failed.json`` when it fails (not when a signal stopped it)."""
-
-    def __init__(self, folder: str) -> None:
-        super().__init__(folder)
-        self._resumed_from: Path | None = None
-
-    @override
-    def before(self) -> str | None:
-        from lit_marl.benchmark import FINISHED, RUN_CONFIG, latest_checkpoint
-
-        super().before()
-        folder = Path(self.folder)
-        if (folder / FINISHED).is_file():
-            return "finished already"
-        if not (folder / RUN_CONFIG).is_file():
-            raise RuntimeError(f"lit-marl: {folder / RUN_CONFIG} is missing; submit the grid again")
-        (folder / FAILED).unlink(missing_ok=True)
-        self._resumed_from = latest_checkpoint(folder)
-        return None
-
-    @override
-    def command(self) -> list[str]:
-        from lit_marl.benchmark import fit_command
-
-        return fit_command(Path(self.folder), self._resumed_from)
-
-    @override
-    def after(self, returncode: int) -> str:
-        from lit_marl.benchmark import write_finished
-
-        folder = Path(self.folder)
-        if returncode == 0:
-            write_finished(folder, self._started, time.time() - self._started, self._resumed_from)
-            return "finished"
-        if returncode in INTERRUPTED_CODES:
-            return f"interrupted (exit {returncode}); the next submission resumes it from its last.ckpt"
-        write_json(folder / FAILED, {"exit": returncode, "job": array_job_id(), "host": socket.gethostname(),
-                                     "log": str(folder / self.log), "ended": time.time()}, overwrite=True)
-        return f"FAILED (exit {returncode}); see {folder / self.log}"
+JOBS_FILE = "slurm_jobs.json"
+#: squeue states of a job waiting for its (next) start, and of one running
+PENDING_STATES = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "RESV_DEL_HOLD"}
+RUNNING_STATES = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING"}
 
 
-class TuneWorker(Watched):
-    """One worker of a ``lit-marl tune`` study (``python -m lit_marl.tune.study <study> <index>``), its output in
-    ``<study>/workers/worker_<index>.log``. On SLURM's time-limit signal it is stopped as a Ctrl-C stops a local
-    worker (SIGINT): its trial's run checkpoints, the trial is marked FAIL and its parameters queued again for the
-    requeued worker (or any other). When it ends because the study has its trials, it writes the study's results
-    (``best.yaml``, ``trials.csv``, plots)."""
+def read_jobs(root: Path) -> dict[str, dict[str, Any]]:
+    path = root / JOBS_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
 
-    stop_signal = signal.SIGINT
-    resend = False  # a second Ctrl-C would interrupt the worker while it fails and requeues its trial
 
-    def __init__(self, folder: str, index: int = 0) -> None:
-        super().__init__(folder)
-        self.index = index
-        self.log = f"workers/worker_{index}.log"
+def record_jobs(root: Path, jobs: dict[str, dict[str, Any]]) -> None:
+    """Add (or replace) runs' jobs in ``slurm_jobs.json``, atomically."""
+    write_json(root / JOBS_FILE, {**read_jobs(root), **jobs}, overwrite=True)
 
-    def __getstate__(self) -> dict:
-        return {"folder": self.folder, "index": self.index}
 
-    @override
-    def before(self) -> str | None:
-        super().before()
-        (Path(self.folder) / "workers").mkdir(exist_ok=True)
-        return None
+def queued(strict: bool = False) -> dict[str, str]:
+    """Job id (``<array>_<task>`` for array tasks) -> squeue state, of this user's jobs in the queue; empty where
+    squeue does not answer, or (``strict``, before a submission: a run could be submitted twice) ConfigError."""
+    try:
+        done = subprocess.run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T"], capture_output=True,
+                              text=True, timeout=60)
+        error = "" if done.returncode == 0 else " ".join((done.stderr or done.stdout).split())
+    except (OSError, subprocess.TimeoutExpired) as err:
+        done, error = None, str(err)
+    if error:
+        if strict:
+            raise ConfigError(f"launcher: squeue failed ({error}); lit-marl reads the queue before submitting, so "
+                              f"that no run is submitted twice; allowed: submit where squeue works")
+        return {}
+    return dict(line.split("|", 1) for line in done.stdout.split() if "|" in line)
 
-    @override
-    def command(self) -> list[str]:
-        return [sys.executable, "-m", "lit_marl.tune.study", self.folder, str(self.index)]
 
-    @override
-    def after(self, returncode: int) -> str:
-        if returncode != 0:
-            return f"worker {self.index} ended with exit {returncode}; see {Path(self.folder) / self.log}"
-        from lit_marl.tune.command import write_study_results
-
-        write_study_results(Path(self.folder))
-        return f"worker {self.index} done; results in {self.folder}"
+def wait_for(job_ids: set[str], poll_s: float = 2.0) -> None:
+    """Return when none of ``job_ids`` is in the queue (twice in a row: a requeued job passes through states)."""
+    absent = 0
+    while absent < 2:
+        time.sleep(poll_s)
+        queue = queued()
+        absent = absent + 1 if not job_ids & set(queue) else 0

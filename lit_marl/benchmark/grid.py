@@ -30,7 +30,7 @@ Every run writes ``run_config.yaml`` (the config it runs), ``train/version_<n>/`
 and ``finished.json`` once it has finished. Running the same command again skips finished runs and resumes
 interrupted ones from their newest ``last.ckpt``; the grid is checked (every algorithm and task exists and
 fits) before any run starts. ``launcher: slurm`` (or ``--launcher slurm``) with a ``slurm:`` mapping of settings
-submits the runs as one SLURM job array instead (:mod:`lit_marl.slurm`); ``--status`` shows each run's state.
+submits the runs as one SLURM job array instead (:mod:`lit_marl.benchmark.slurm`); ``--status`` shows each run's state.
 """
 
 from __future__ import annotations
@@ -39,22 +39,26 @@ import copy
 import csv
 import importlib
 import inspect
+import json
 import os
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 
+from lit_marl.algorithms.base import MarlAlgorithm
+from lit_marl.algorithms.registry import algorithms_by_name
+from lit_marl.cli import main as cli_main
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, did_you_mean, one_of, positive_int
 from lit_marl.evaluation.io import write_atomic, write_json
 from lit_marl.reading import json_kind, read_yaml
-from lit_marl.slurm.settings import LAUNCHERS, add_launcher_arguments, parse_settings
+from lit_marl.slurm.settings import LAUNCHERS, parse_settings
 from lit_marl.utils import instantiate
 
 FINISHED = "finished.json"
@@ -201,8 +205,6 @@ class Benchmark:
         return copy.deepcopy(value), task, overrides, for_algorithm
 
     def _algorithm(self, name: str, value: Any) -> tuple[dict[str, Any], dict[str, Any], type]:
-        from lit_marl.algorithms.base import MarlAlgorithm
-
         if isinstance(value, str):
             value = {"config": value}
         if not isinstance(value, dict) or "config" not in value:
@@ -216,8 +218,6 @@ class Benchmark:
         except (ImportError, AttributeError, ValueError):
             algorithm = None
         if not (isinstance(algorithm, type) and issubclass(algorithm, MarlAlgorithm) and algorithm.algorithm_name):
-            from lit_marl.algorithms.registry import algorithms_by_name
-
             known = ", ".join(f"{c.__module__}.{c.__name__}" for c in algorithms_by_name().values())
             raise ConfigError(f"algorithms.{name}: unknown algorithm class_path {class_path!r} in {value['config']}; "
                               f"allowed: a MarlAlgorithm subclass such as {known}")
@@ -307,7 +307,7 @@ class Benchmark:
                 self._finish(run, proc.returncode, time.perf_counter() - start, log)
         for run in self.runs:
             if run.status == "skipped":
-                run.info = _final_metrics(run.folder)
+                run.info = final_metrics(run.folder)
         table = summary_table(self.runs)
         write_atomic(self.root / "summary.md", table, overwrite=True)  # derived from the run folders
         log(table)
@@ -331,7 +331,7 @@ def fit_command(folder: Path, resumed_from: Path | None) -> list[str]:
 
 def write_finished(folder: Path, started: float | None, seconds: float, resumed_from: Path | None) -> dict[str, Any]:
     """``finished.json`` of a run whose ``fit`` ended with exit 0 (a later launch skips the run); returns it."""
-    info = {**_final_metrics(folder), "started": started, "ended": time.time(), "seconds": seconds,
+    info = {**final_metrics(folder), "started": started, "ended": time.time(), "seconds": seconds,
             "resumed_from": None if resumed_from is None else str(resumed_from)}
     write_json(folder / FINISHED, info)
     return info
@@ -339,21 +339,17 @@ def write_finished(folder: Path, started: float | None, seconds: float, resumed_
 
 def _fit_in_process(args: list[str]) -> int:
     """``lit-marl fit`` in this process; its exit code."""
-    from lit_marl.cli import main as cli_main
-
     try:
         cli_main(args)
     except SystemExit as exit_:
         return int(exit_.code or 0)
     except Exception:  # noqa: BLE001 (a failed run must not stop the grid)
-        import traceback
-
         traceback.print_exc()
         return 1
     return 0
 
 
-def _final_metrics(folder: Path) -> dict[str, Any]:
+def final_metrics(folder: Path) -> dict[str, Any]:
     """Frames and last ``val/return`` from the newest metrics.csv, and the absolute metric, of one run."""
     info: dict[str, Any] = {}
     for metrics in sorted(folder.glob("train/version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1])):
@@ -364,8 +360,6 @@ def _final_metrics(folder: Path) -> dict[str, Any]:
                 info["val_return"] = float(row["val/return"])
     marl_eval = folder / "marl_eval.json"
     if marl_eval.is_file():
-        import json
-
         data = json.loads(marl_eval.read_text())
         for env in data.values():
             for task in env.values():
@@ -392,43 +386,3 @@ def summary_table(runs: list[Run]) -> str:
                      f"{fmt(info.get('frames'), 'd')} | {fmt(info.get('val_return'), '.3f')} | "
                      f"{fmt(info.get('absolute_return'), '.3f')} | {fmt(info.get('seconds') if run.status == 'finished' else None, '.1f')} |")
     return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str]) -> int:
-    """``lit-marl benchmark --config GRID [--parallel N] [--output_dir DIR] [--launcher slurm [--wait]] [--status]
-    [--dry_run]``."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="lit-marl benchmark", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="the grid YAML (configs/benchmarks/*.yaml)")
-    parser.add_argument("--parallel", type=int, default=None, help="runs at a time (default: the grid's)")
-    parser.add_argument("--output_dir", default=None, help="where <name>/ goes (default: the grid's)")
-    add_launcher_arguments(parser, "runs as processes", "grid", "print the summary")
-    parser.add_argument("--status", action="store_true", help="each run's state (and SLURM job), run nothing")
-    parser.add_argument("--dry_run", action="store_true", help="check the grid and list the runs, run nothing")
-    parser.add_argument("--in_process", action="store_true", help="run one after the other in this process")
-    args = parser.parse_args(argv)
-    bench = Benchmark(args.config, parallel=args.parallel, output_dir=args.output_dir, launcher=args.launcher)
-    if args.status:
-        from lit_marl.slurm.grid import status_table
-
-        print(status_table(bench), end="")
-        return 0
-    if args.dry_run:
-        for run in bench.runs:
-            print(f"{run.name} -> {run.folder}")
-        return 0
-    if bench.launcher == "slurm":
-        from lit_marl.slurm.grid import submit
-
-        return submit(bench, wait=args.wait)
-    from lit_marl.slurm.grid import refuse_live_jobs
-
-    refuse_live_jobs(bench)  # a local launch would run them twice
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the runs share the machine's cores; restored for a caller that goes on (a test)
-    try:
-        runs = bench.run(in_process=args.in_process)
-    finally:
-        torch.set_num_threads(threads)
-    return 1 if any(r.status == "failed" for r in runs) else 0

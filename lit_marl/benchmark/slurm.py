@@ -1,4 +1,5 @@
-"""``lit-marl benchmark --launcher slurm``: what is left of a grid as one SLURM job array, and ``--status``.
+"""``lit-marl benchmark --launcher slurm``: what is left of a grid as one SLURM job array (each run a :class:`FitRun`),
+and ``--status``.
 
 The grid's folder gains::
 
@@ -12,52 +13,63 @@ clusters (and a one-node test cluster) lack.
 
 from __future__ import annotations
 
-import getpass
 import json
-import subprocess
+import socket
 import time
 from pathlib import Path
 from typing import Any
 
-from lit_marl.atomic import write_atomic, write_json
-from lit_marl.benchmark import FINISHED, Benchmark, Run, _final_metrics, latest_checkpoint, summary_table
-from lit_marl.errors import ConfigError
-from lit_marl.slurm.settings import check_cluster, submit_array
-from lit_marl.slurm.task import FAILED, FitRun
+from typing_extensions import override
 
-JOBS_FILE = "slurm_jobs.json"
-#: squeue states of a job waiting for its (next) start, and of one running
-PENDING_STATES = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "RESV_DEL_HOLD"}
-RUNNING_STATES = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING"}
+from lit_marl.atomic import write_atomic, write_json
+from lit_marl.benchmark.grid import (FINISHED, RUN_CONFIG, Benchmark, Run, final_metrics, fit_command,
+                                     latest_checkpoint, summary_table, write_finished)
+from lit_marl.errors import ConfigError
+from lit_marl.slurm.jobs import (INTERRUPTED_CODES, PENDING_STATES, RUNNING_STATES, Watched, array_job_id, queued,
+                                 read_jobs, record_jobs, wait_for)
+from lit_marl.slurm.settings import check_cluster, submit_array
+
+#: a run whose fit failed (not interrupted) says so here; the next launch removes it
+FAILED = "failed.json"
 #: what ``--status`` calls each state
 STATES = ("finished", "running", "pending", "interrupted (resumable)", "failed", "not started")
 
 
-def read_jobs(root: Path) -> dict[str, dict[str, Any]]:
-    path = root / JOBS_FILE
-    return json.loads(path.read_text()) if path.is_file() else {}
+class FitRun(Watched):
+    """One run of a benchmark grid: ``lit-marl fit --config <run>/run_config.yaml [--ckpt_path <newest last.ckpt>]``;
+    ``finished.json`` when it ends with exit 0, ``failed.json`` when it fails (not when a signal stopped it)."""
 
+    def __init__(self, folder: str) -> None:
+        super().__init__(folder)
+        self._resumed_from: Path | None = None
 
-def record_jobs(root: Path, jobs: dict[str, dict[str, Any]]) -> None:
-    """Add (or replace) runs' jobs in ``slurm_jobs.json``, atomically."""
-    write_json(root / JOBS_FILE, {**read_jobs(root), **jobs}, overwrite=True)
+    @override
+    def before(self) -> str | None:
+        super().before()
+        folder = Path(self.folder)
+        if (folder / FINISHED).is_file():
+            return "finished already"
+        if not (folder / RUN_CONFIG).is_file():
+            raise RuntimeError(f"lit-marl: {folder / RUN_CONFIG} is missing; submit the grid again")
+        (folder / FAILED).unlink(missing_ok=True)
+        self._resumed_from = latest_checkpoint(folder)
+        return None
 
+    @override
+    def command(self) -> list[str]:
+        return fit_command(Path(self.folder), self._resumed_from)
 
-def queued(strict: bool = False) -> dict[str, str]:
-    """Job id (``<array>_<task>`` for array tasks) -> squeue state, of this user's jobs in the queue; empty where
-    squeue does not answer, or (``strict``, before a submission: a run could be submitted twice) ConfigError."""
-    try:
-        done = subprocess.run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T"], capture_output=True,
-                              text=True, timeout=60)
-        error = "" if done.returncode == 0 else " ".join((done.stderr or done.stdout).split())
-    except (OSError, subprocess.TimeoutExpired) as err:
-        done, error = None, str(err)
-    if error:
-        if strict:
-            raise ConfigError(f"launcher: squeue failed ({error}); lit-marl reads the queue before submitting, so "
-                              f"that no run is submitted twice; allowed: submit where squeue works")
-        return {}
-    return dict(line.split("|", 1) for line in done.stdout.split() if "|" in line)
+    @override
+    def after(self, returncode: int) -> str:
+        folder = Path(self.folder)
+        if returncode == 0:
+            write_finished(folder, self._started, time.time() - self._started, self._resumed_from)
+            return "finished"
+        if returncode in INTERRUPTED_CODES:
+            return f"interrupted (exit {returncode}); the next submission resumes it from its last.ckpt"
+        write_json(folder / FAILED, {"exit": returncode, "job": array_job_id(), "host": socket.gethostname(),
+                                     "log": str(folder / self.log), "ended": time.time()}, overwrite=True)
+        return f"FAILED (exit {returncode}); see {folder / self.log}"
 
 
 def run_state(run: Run, job: dict[str, Any] | None, queue: dict[str, str]) -> str:
@@ -88,7 +100,7 @@ def status_table(bench: Benchmark, queue: dict[str, str] | None = None) -> str:
              "| task | algorithm | seed | state | SLURM job | frames |", "|---|---|---|---|---|---:|"]
     for run in bench.runs:
         job = jobs.get(run.name)
-        frames = _final_metrics(run.folder).get("frames") if run.folder.is_dir() else None
+        frames = final_metrics(run.folder).get("frames") if run.folder.is_dir() else None
         lines.append(f"| {run.task} | {run.algorithm} | {run.seed} | {run_state(run, job, queue)} | "
                      f"{job['job_id'] if job else ''} | {'' if frames is None else frames} |")
     return "\n".join(lines) + "\n"
@@ -144,17 +156,8 @@ def submit(bench: Benchmark, wait: bool = False, log=print, poll_s: float = 2.0)
         run.status = {"finished": "finished", "failed": "failed"}.get(run_state(run, jobs.get(run.name), {}),
                                                                       "interrupted")
         if run.status == "finished":
-            run.info = {**_final_metrics(run.folder), **json.loads((run.folder / FINISHED).read_text())}
+            run.info = {**final_metrics(run.folder), **json.loads((run.folder / FINISHED).read_text())}
     table = summary_table(bench.runs)
     write_atomic(bench.root / "summary.md", table, overwrite=True)  # as a local launch: derived from the run folders
     log(table)
     return 1 if any(r.status != "finished" for r in bench.runs) else 0
-
-
-def wait_for(job_ids: set[str], poll_s: float = 2.0) -> None:
-    """Return when none of ``job_ids`` is in the queue (twice in a row: a requeued job passes through states)."""
-    absent = 0
-    while absent < 2:
-        time.sleep(poll_s)
-        queue = queued()
-        absent = absent + 1 if not job_ids & set(queue) else 0
