@@ -1,5 +1,5 @@
 """The benchmark scripts run on CPU with tiny sizes: the prepared device check (benchmarks/gpu.sh), the collection
-breakdown (benchmarks/collection.py), the weights comparison between versions (benchmarks/weights.py) and the learning
+breakdowns (benchmarks/collection.py, benchmarks/collection_families.py), the weights comparison between versions (benchmarks/weights.py) and the learning
 curve of a run (benchmarks/curves.py)."""
 
 from __future__ import annotations
@@ -49,6 +49,20 @@ def test_the_collection_benchmark_times_every_way_of_stepping_vmas(tmp_path):
     per_env = collection.main(["--algorithm", "maddpg", "--num-envs", "2", "--steps", "3", "--rounds", "1", "--per-env-resets", "--ways",
                                "torchrl_env", "--out", str(out)])
     assert per_env["batched_resets"] is False and set(per_env["seconds"]) == {"torchrl_env"}
+
+
+def test_the_family_breakdown_splits_a_collection_by_layer(tmp_path):
+    """benchmarks/collection_families.py (issue 33, item 6): shares of the profiled time by layer sum to one, and the
+    resets' share is a part of it."""
+    families = _script("collection_families")
+    out = tmp_path / "families.json"
+    result = families.main(["--families", "gymnasium", "lbf", "--steps", "5", "--batches", "1", "--out", str(out)])
+    assert json.loads(out.read_text()) == result
+    for family in ("gymnasium", "lbf"):
+        row = result[family]
+        assert row["frames"] == row["num_envs"] * 5 and row["frames_per_s"] > 0
+        assert sum(row["shares"].values()) == pytest.approx(1, abs=1e-3) and 0 <= row["resets"] <= 1
+    assert result["lbf"]["shares"]["lit_marl"] > 0  # lit-marl's own agent-tuple wrapper is seen as such
 
 
 def test_the_speed_comparison_times_lit_marls_side_with_either_reset(tmp_path):
