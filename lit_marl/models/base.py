@@ -80,18 +80,25 @@ def as_features(x: torch.Tensor) -> torch.Tensor:
 
 
 class FlattenConcat(nn.Module):
-    """Flattens each input's feature dims (after the agent dim), concatenates them and applies ``net``,
-    then ``head`` where given (e.g. splitting the output into a normal's location and scale)."""
+    """Flattens each input's feature dims (after the agent dim), concatenates them (and, with ``agent_ids`` = the
+    group's number of agents, each agent's one-hot index, EPyMARL's ``obs_agent_id``) and applies ``net``, then
+    ``head`` where given (e.g. splitting the output into a normal's location and scale)."""
 
-    def __init__(self, net: nn.Module, feature_ndims: list[int], head: nn.Module | None = None) -> None:
+    def __init__(self, net: nn.Module, feature_ndims: list[int], head: nn.Module | None = None,
+                 agent_ids: int = 0) -> None:
         super().__init__()
         self.net = net
         self.head = head
         self.feature_ndims = list(feature_ndims)
+        self.agent_ids = agent_ids
 
     @override
     def forward(self, *inputs: torch.Tensor) -> Any:
         parts = [as_features(x if nd == 1 else x.flatten(x.dim() - nd)) for x, nd in zip(inputs, self.feature_ndims)]
+        if self.agent_ids:  # [*B, n_agents, n_agents]: row i is agent i's one-hot index
+            first = parts[0]
+            ids = torch.eye(self.agent_ids, dtype=first.dtype, device=first.device)
+            parts.append(ids.expand(*first.shape[:-2], self.agent_ids, self.agent_ids))
         out = self.net(parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1))
         return out if self.head is None else self.head(out)
 
@@ -134,15 +141,17 @@ class ModelConfig(Configurable):
         device: torch.device | str | None = None,
     ) -> TensorDictModuleBase:
         """The module that reads ``inputs`` and writes ``out_keys`` (``head`` maps the network's
-        ``[*B, n_agents, n_agent_outputs]`` to what ``out_keys`` name, e.g. a normal's loc and scale)."""
-        net = self.build_multi_agent(inputs.flat_features, n_agent_outputs, inputs.n_agents, centralised=centralised,
-                                     share_params=share_params, device=device)
+        ``[*B, n_agents, n_agent_outputs]`` to what ``out_keys`` name, e.g. a normal's loc and scale); with the
+        model's ``agent_id``, each agent's input ends with its one-hot index."""
+        ids = inputs.n_agents if getattr(self, "agent_id", False) else 0
+        net = self.build_multi_agent(inputs.flat_features + ids, n_agent_outputs, inputs.n_agents,
+                                     centralised=centralised, share_params=share_params, device=device)
         ndims = [len(shape) for shape in inputs.shapes]
-        if len(inputs.keys) == 1 and ndims == [1]:
+        if len(inputs.keys) == 1 and ndims == [1] and not ids:
             # the common case: one flat entry; no wrapper (each module call costs microseconds per step)
             module = net if head is None else nn.Sequential(net, head)
         else:
-            module = FlattenConcat(net, ndims, head)
+            module = FlattenConcat(net, ndims, head, agent_ids=ids)
         return TensorDictModule(module, in_keys=list(inputs.keys), out_keys=list(out_keys))
 
     @property

@@ -39,16 +39,21 @@ class Mlp(ModelConfig):
         num_cells: hidden layer widths, e.g. ``[256, 256]`` (BenchMARL's default).
         activation_class: name of a ``torch.nn`` activation, e.g. ``"Tanh"`` (default), ``"ReLU"``.
         layer_norm: apply LayerNorm after every hidden layer.
+        agent_id: append each agent's one-hot index (among its group's agents) to its input, as EPyMARL does for
+            parameter-shared agents (``obs_agent_id``): agents with one set of weights and alike observations can
+            then act differently. Off by default (BenchMARL has no such input). Only where the network reads each
+            agent's inputs: refused for a critic of the global state or one network per agent.
     """
 
     def __init__(self, num_cells: Sequence[int] = (256, 256), activation_class: str = "Tanh",
-                 layer_norm: bool = False) -> None:
+                 layer_norm: bool = False, agent_id: bool = False) -> None:
         check_types(Mlp.__init__, {"num_cells": num_cells, "activation_class": activation_class,
-                                   "layer_norm": layer_norm})
+                                   "layer_norm": layer_norm, "agent_id": agent_id})
         self.num_cells = positive_ints("num_cells", num_cells)
         activation_module(activation_class)
         self.activation_class = activation_class
         self.layer_norm = bool(layer_norm)
+        self.agent_id = bool(agent_id)
 
     def _layer_kwargs(self) -> dict:
         kwargs: dict = {"num_cells": list(self.num_cells), "activation_class": activation_module(self.activation_class)}
@@ -71,6 +76,9 @@ class Mlp(ModelConfig):
 
     @override
     def build_single(self, in_features, out_features, device=None):
+        if self.agent_id:
+            raise ConfigError("agent_id: true, but this network reads no input per agent (a critic of the global "
+                              "state, or one network per agent), so there is no agent to index; allowed: false")
         return MLP(in_features=in_features, out_features=out_features, device=device, **self._layer_kwargs())
 
 

@@ -9,10 +9,12 @@ from tensordict import TensorDict
 from torch import nn
 from torchrl.data import Unbounded
 from torchrl.envs import Transform, TransformedEnv
+from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from lit_marl.algorithms import IQL, MADDPG, MAPPO
 from lit_marl.envs import VmasTask
 from lit_marl.errors import ConfigError
+from lit_marl.export import export_policy, load_exported
 from lit_marl.models import Cnn, DeepSets, Gnn, Mlp, ModelInputs, Sequence
 from tests.helpers.tiny import ddpg_kwargs, tiny_kwargs, tiny_task, tiny_trainer
 
@@ -276,3 +278,66 @@ def test_the_lean_shared_mlp_is_torchrls_to_the_bit_also_under_swapped_parameter
         swapped = lean(x)
     with target.to_module(reference):
         assert torch.equal(swapped, reference(x)) and not torch.equal(swapped, out)
+
+
+# ------------------------------------------------------------------------------------------------ agent ids (issue 36)
+def _alike_observations(module, n_agents: int = 3, features: int = 14) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The module's output when every agent sees the same observation, and what its network was given."""
+    seen = []
+    net = module.module.net if hasattr(module.module, "net") else module.module
+    handle = net.register_forward_pre_hook(lambda _, args: seen.append(args[0].detach().clone()))
+    observation = torch.randn(features).expand(5, n_agents, features)
+    out = module(TensorDict({("agents", "observation"): observation}, batch_size=[5])).get(("agents", "out"))
+    handle.remove()
+    return out, seen
+
+
+@pytest.mark.parametrize("centralised", [False, True])
+def test_agent_ids_reach_the_network_and_let_shared_weights_act_differently_on_alike_observations(centralised):
+    """EPyMARL's obs_agent_id: each agent's input ends with its one-hot index among the group's agents, so one set of
+    weights can act differently for agents that observe the same (without ids it cannot)."""
+    inputs = ModelInputs.of(tiny_task(), "agents")  # balance, 3 agents of 14 observations
+    outputs = {}
+    for agent_id in (False, True):
+        torch.manual_seed(0)
+        module = Mlp(num_cells=[16], agent_id=agent_id).build_module(
+            inputs, [("agents", "out")], 4, centralised=centralised, share_params=True)
+        out, seen = _alike_observations(module)
+        outputs[agent_id] = out
+        if agent_id:
+            (given,) = seen
+            assert given.shape == (5, 3, 14 + 3)
+            assert torch.equal(given[..., 14:], torch.eye(3).expand(5, 3, 3))  # agent i's row of the identity
+    if centralised:  # a centralised network's output is the group's, the same for every agent, ids or not
+        assert torch.equal(outputs[True][:, 0], outputs[True][:, 1])
+    else:
+        assert torch.equal(outputs[False][:, 0], outputs[False][:, 1])  # one set of weights, one answer
+        assert not torch.allclose(outputs[True][:, 0], outputs[True][:, 1])  # the id tells the agents apart
+
+
+def test_agent_ids_where_no_input_is_per_agent_are_refused_by_name():
+    with pytest.raises(ConfigError, match=r"^agent_id: true, but this network reads no input per agent"):
+        Mlp(agent_id=True).build_single(10, 2)
+    with pytest.raises(ConfigError, match="agent_id"):
+        Mlp(agent_id="yes")
+
+
+def test_agent_ids_are_kept_in_the_checkpoint_and_the_exported_policy(tmp_path):
+    """The model's ``agent_id`` travels with the run's hyper-parameters (a checkpoint rebuilds the same networks) and
+    the exported policy computes the ids itself (its only input is still the observation)."""
+    trainer = tiny_trainer(tmp_path, max_epochs=1)
+    model = MAPPO(tiny_task(), **tiny_kwargs(actor_model=Mlp(num_cells=[16], agent_id=True),
+                                             critic_model=Mlp(num_cells=[16], agent_id=True)))
+    trainer.fit(model)
+    trainer.save_checkpoint(tmp_path / "run.ckpt")
+    loaded = MAPPO.load_from_checkpoint(tmp_path / "run.ckpt", weights_only=True)
+    assert loaded.learners["agents"].actor_model.agent_id and loaded.learners["agents"].critic_model.agent_id
+    observation = model.task.make_env(num_envs=4, seed=1, device="cpu").reset()
+    with torch.no_grad():
+        expected = model.policies["agents"](observation.clone()).get(("agents", "loc"))
+        assert torch.equal(loaded.policies["agents"](observation.clone()).get(("agents", "loc")), expected)
+    folder = export_policy(loaded, tmp_path / "deploy", "torchscript")
+    policy = load_exported(folder / "agents.pt")
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        deterministic = loaded.policies["agents"](observation.clone()).get(("agents", "action"))
+        assert torch.equal(policy(observation.get(("agents", "observation"))), deterministic)
