@@ -304,3 +304,28 @@ def test_configs_naming_the_callbacks_where_they_lived_before_still_build(tmp_pa
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-3000:]
     assert "'MarlEvalJson'" in done.stdout
+
+
+#: the task families whose reference is EPyMARL (the others follow BenchMARL, or HARL for MaMuJoCo)
+EPYMARL_TASKS = ("lit_marl.envs.LbfTask", "lit_marl.envs.RwareTask")
+#: EPyMARL samples these algorithms' actions at test time (its soft_policies selector ignores test mode)
+EPYMARL_SAMPLED = ("MAPPO", "IPPO")
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_configs_follow_their_suites_conventions(path):
+    """Issue 36: EPyMARL-suite configs append agent ids to shared networks and evaluate as EPyMARL does (sampled for
+    policy-gradient algorithms, greedy for value-based ones); every other config follows BenchMARL and HARL (the
+    policy's mode, no agent ids), so the differential checks against BenchMARL stand."""
+    model = yaml.safe_load(path.read_text())["model"]
+    init_args = model["init_args"]
+    algorithm = model["class_path"].rsplit(".", 1)[-1]
+    epymarl = init_args.get("task", {}).get("class_path") in EPYMARL_TASKS
+    deterministic = init_args.get("evaluation_deterministic", True)
+    assert deterministic is (not (epymarl and algorithm in EPYMARL_SAMPLED)), (algorithm, deterministic)
+    ids = {field: (init_args.get(field) or {}).get("init_args", {}).get("agent_id", False)
+           for field in ("actor_model", "critic_model") if isinstance(init_args.get(field), dict)}
+    if "actor_model" in ids:
+        assert ids["actor_model"] is epymarl, ids
+    if not epymarl:
+        assert not any(ids.values()), ids
