@@ -60,8 +60,9 @@ class MultiAgentRecurrent(TensorDictModuleBase):
 
     def __init__(self, kind: str, inputs: ModelInputs, out_keys: list[NestedKey], n_agent_outputs: int,
                  hidden_size: int, n_layers: int, centralised: bool, share_params: bool, head: nn.Module | None,
-                 device=None) -> None:
+                 device=None, agent_ids: bool = False) -> None:
         super().__init__()
+        self.agent_ids = agent_ids
         self.kind = kind
         self.n_agents, self.hidden_size, self.n_layers = inputs.n_agents, hidden_size, n_layers
         self.centralised, self.share_params = centralised, share_params
@@ -73,7 +74,7 @@ class MultiAgentRecurrent(TensorDictModuleBase):
         self.in_keys = [*inputs.keys, *self.state_keys, "is_init"]
         self.out_keys = [*out_keys, *(("next", *key) for key in self.state_keys)]
         self.value_keys = list(out_keys)
-        n_in = inputs.flat_features * (inputs.n_agents if centralised else 1)
+        n_in = (inputs.flat_features + (inputs.n_agents if agent_ids else 0)) * (inputs.n_agents if centralised else 1)
         rnn_class = nn.GRU if kind == "gru" else nn.LSTM
         n_nets = 1 if share_params else inputs.n_agents
         self.rnns = nn.ModuleList(rnn_class(n_in, hidden_size, num_layers=n_layers, device=device)
@@ -88,6 +89,10 @@ class MultiAgentRecurrent(TensorDictModuleBase):
         for key, nd in zip(self.in_keys[: self.n_inputs], self.feature_ndims):
             x = tensordict.get(key)
             parts.append(x if nd == 1 else x.flatten(x.dim() - nd))
+        if self.agent_ids:  # each agent's one-hot index among the group's agents (EPyMARL's obs_agent_id)
+            first = parts[0]
+            ids = torch.eye(self.n_agents, dtype=first.dtype, device=first.device)
+            parts.append(ids.expand(*first.shape[:-2], self.n_agents, self.n_agents))
         x = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)  # [*B, n_agents, F]
         if self.centralised:  # every agent reads all agents' inputs
             x = x.flatten(-2).unsqueeze(-2).expand(*x.shape[:-2], self.n_agents, x.shape[-2] * x.shape[-1])
@@ -156,16 +161,17 @@ class MultiAgentRecurrent(TensorDictModuleBase):
 class _Recurrent(ModelConfig):
     kind = ""
 
-    def __init__(self, hidden_size: int = 128, n_layers: int = 1) -> None:
-        check_types(_Recurrent.__init__, {"hidden_size": hidden_size, "n_layers": n_layers})
+    def __init__(self, hidden_size: int = 128, n_layers: int = 1, agent_id: bool = False) -> None:
+        check_types(_Recurrent.__init__, {"hidden_size": hidden_size, "n_layers": n_layers, "agent_id": agent_id})
         self.hidden_size = positive_ints("hidden_size", [hidden_size])[0]
         self.n_layers = positive_ints("n_layers", [n_layers])[0]
+        self.agent_id = bool(agent_id)
 
     @override
     def build_module(self, inputs: ModelInputs, out_keys, n_agent_outputs, centralised, share_params, head=None,
                      device=None) -> TensorDictModuleBase:
         return MultiAgentRecurrent(self.kind, inputs, list(out_keys), n_agent_outputs, self.hidden_size, self.n_layers,
-                                   centralised, share_params, head, device)
+                                   centralised, share_params, head, device, agent_ids=self.agent_id)
 
     @override
     def build_single(self, in_features, out_features, device=None):
@@ -184,6 +190,7 @@ class Gru(_Recurrent):
     Args:
         hidden_size: width of the hidden state (BenchMARL's default 128).
         n_layers: stacked GRU layers.
+        agent_id: append each agent's one-hot index to its input (EPyMARL's ``obs_agent_id``, as :class:`Mlp`'s).
     """
 
     kind = "gru"
@@ -195,6 +202,7 @@ class Lstm(_Recurrent):
     Args:
         hidden_size: width of the hidden and cell states (BenchMARL's default 128).
         n_layers: stacked LSTM layers.
+        agent_id: append each agent's one-hot index to its input (EPyMARL's ``obs_agent_id``, as :class:`Mlp`'s).
     """
 
     kind = "lstm"

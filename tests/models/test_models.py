@@ -15,7 +15,7 @@ from lit_marl.algorithms import IQL, MADDPG, MAPPO
 from lit_marl.envs import VmasTask
 from lit_marl.errors import ConfigError
 from lit_marl.export import export_policy, load_exported
-from lit_marl.models import Cnn, DeepSets, Gnn, Mlp, ModelInputs, Sequence
+from lit_marl.models import Cnn, DeepSets, Gnn, Gru, Lstm, Mlp, ModelInputs, Sequence
 from tests.helpers.tiny import ddpg_kwargs, tiny_kwargs, tiny_task, tiny_trainer
 
 
@@ -313,6 +313,23 @@ def test_agent_ids_reach_the_network_and_let_shared_weights_act_differently_on_a
     else:
         assert torch.equal(outputs[False][:, 0], outputs[False][:, 1])  # one set of weights, one answer
         assert not torch.allclose(outputs[True][:, 0], outputs[True][:, 1])  # the id tells the agents apart
+
+
+@pytest.mark.parametrize("model", [Gru, Lstm])
+def test_recurrent_agents_take_ids_too(model):
+    """EPyMARL's agents are GRUs with ids: a shared recurrent network with ids tells agents that observe the same
+    apart, from the first step (zero hidden states)."""
+    inputs = ModelInputs.of(tiny_task(), "agents")
+    for agent_id in (False, True):
+        torch.manual_seed(0)
+        module = model(hidden_size=8, agent_id=agent_id).build_module(inputs, [("agents", "out")], 4,
+                                                                      centralised=False, share_params=True)
+        assert module.rnns[0].input_size == 14 + 3 * agent_id
+        states = {key: torch.zeros(5, 3, 1, 8) for key in module.state_keys}
+        batch = TensorDict({("agents", "observation"): torch.randn(14).expand(5, 3, 14), **states,
+                            "is_init": torch.ones(5, 1, dtype=torch.bool)}, batch_size=[5])
+        out = module(batch).get(("agents", "out"))
+        assert torch.allclose(out[:, 0], out[:, 1]) is (not agent_id)
 
 
 def test_agent_ids_where_no_input_is_per_agent_are_refused_by_name():
