@@ -31,6 +31,7 @@ from lit_marl.evaluation import normalisation as norm_
 from lit_marl.evaluation import statistics as st
 from lit_marl.evaluation.io import write_atomic, write_json
 from lit_marl.evaluation.marl_eval import ALLOWED, FILE_NAME, marl_eval_shape
+from lit_marl.evaluation.references import markdown_lines, read_references
 from lit_marl.reading import json_kind, read_json, read_text, read_yaml, refused
 from lit_marl.utils import instantiate
 
@@ -236,6 +237,7 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {pair} | {_cell(e)} |")
     lines += ["", "![performance profiles](performance_profile.png)", "",
               "![sample efficiency](sample_efficiency.png)", "", "![per-task curves](task_curves.png)", ""]
+    lines += markdown_lines(result.get("references") or {})
     return "\n".join(lines)
 
 
@@ -319,6 +321,10 @@ def plots(result: dict[str, Any], out: Path) -> list[Path]:
     for i, (ax, t) in enumerate(zip(axes[0], tasks)):
         for a, c in result["sample_efficiency"].items():
             ax.plot(c["frames"], c["raw_mean"][i], color=colors[a], label=a)
+        for point in (result.get("references") or {}).get(t, []):  # published results, as marked points
+            ax.plot([point["frames"]], [point["return"]], marker="*", markersize=10, linestyle="none", color="black")
+            ax.annotate(point["label"], (point["frames"], point["return"]), textcoords="offset points",
+                        xytext=(4, 4), fontsize=7)
         ax.set_title(t), ax.set_xlabel("frames"), ax.set_ylabel("mean return over seeds")
     axes[0][0].legend()
     _save(fig, out / "task_curves.png"), plt.close(fig), written.append(out / "task_curves.png")
@@ -326,15 +332,19 @@ def plots(result: dict[str, Any], out: Path) -> list[Path]:
 
 
 def report(paths: list[str | os.PathLike], out: str | os.PathLike, n_resamples: int = st.N_RESAMPLES,
-           seed: int = 0, normalisation: str = "marl-eval") -> dict[str, Any]:
+           seed: int = 0, normalisation: str = "marl-eval",
+           references: str | os.PathLike | None = None) -> dict[str, Any]:
     """Write the report of the runs under ``paths`` into the new folder ``out``; returns its numbers.
-    ``normalisation``: ``marl-eval`` (the default), ``run-scores`` or a reference file's path."""
+    ``normalisation``: ``marl-eval`` (the default), ``run-scores`` or a reference file's path; ``references``: a YAML
+    file of published results to draw beside the runs (:mod:`lit_marl.evaluation.references`)."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"out: {str(out)!r} already exists and is not empty; nothing was written; allowed: a new "
                           f"or empty folder")
     runs = load_runs(list(paths))
     result = compute(runs, n_resamples=n_resamples, seed=seed, normalisation=normalisation)
+    if references is not None:  # checked before anything is written
+        result["references"] = read_references(references, result["tasks"])
     _pyplot()  # fail before writing anything
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "report.json", result)
@@ -359,9 +369,12 @@ def main(argv: list[str]) -> int:
              "episode, as marl-eval computes it), run-scores (the lowest and highest run score), or a JSON file of "
              'per-task minima and maxima {"<env>/<task>": {"min": x, "max": y}} (or that JSON as text) or a '
              "marl-eval JSON (e.g. published results) to score on its scale")
+    parser.add_argument("--references", default=None, metavar="FILE",
+                        help="a YAML file of published results per task ({label, frames, return, source} points, "
+                             "e.g. benchmarks/references.yaml), drawn on the per-task curves and listed in report.md")
     args = parser.parse_args(argv)
     result = report(args.paths, args.out, n_resamples=args.n_resamples, seed=args.seed,
-                    normalisation=args.normalisation)
+                    normalisation=args.normalisation, references=args.references)
     print(markdown(result).split("## Per task")[0])
     print(f"lit-marl report: {args.out}/report.md, report.tex, report.json and plots")
     return 0

@@ -340,3 +340,61 @@ def test_unknown_normalisation_is_refused(tmp_path, capsys):
         main(["report", str(tmp_path / "bench"), "--out", str(tmp_path / "report"), "--normalisation", "marl_eval"])
     assert exit_info.value.code == 2
     assert "'marl_eval' is neither marl-eval, run-scores, JSON nor an existing file" in capsys.readouterr().err
+
+
+def test_published_results_are_drawn_and_listed_beside_the_runs(tmp_path, monkeypatch):
+    """Issue 36: ``--references`` puts papers' points on the per-task curves and in report.md with source and budget."""
+    from lit_marl.evaluation import results
+
+    _synthetic_benchmark(tmp_path / "bench")
+    (tmp_path / "refs.yaml").write_text(
+        "vmas/balance:\n"
+        "  - {label: MAPPO (paper), frames: 10000000, return: 9.5, source: 'A et al. 2024, fig. 2 (read off)',"
+        " note: other simulator version}\n")
+    drawn = []
+    real_plots = results.plots
+
+    def plots(result, out):  # what the per-task plot receives
+        drawn.append(result.get("references"))
+        return real_plots(result, out)
+
+    monkeypatch.setattr(results, "plots", plots)
+    main(["report", str(tmp_path / "bench"), "--out", str(tmp_path / "report"), "--n_resamples", "200",
+          "--normalisation", "run-scores", "--references", str(tmp_path / "refs.yaml")])
+    point = {"label": "MAPPO (paper)", "frames": 10_000_000, "return": 9.5,
+             "source": "A et al. 2024, fig. 2 (read off)", "note": "other simulator version"}
+    assert drawn == [{"vmas/balance": [point]}]
+    assert json.loads((tmp_path / "report" / "report.json").read_text())["references"] == {"vmas/balance": [point]}
+    assert ("| vmas/balance | MAPPO (paper) | 10,000,000 | 9.5 | A et al. 2024, fig. 2 (read off) (other simulator "
+            "version) |") in (tmp_path / "report" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("content, message", [
+    ("vmas/balanse:\n  - {label: x, frames: 1, return: 1, source: s}\n",
+     "references.vmas/balanse: no run of this report is on task 'vmas/balanse'"),
+    ("vmas/balance:\n  - {label: x, frames: 1, return: 1}\n", "references.vmas/balance[0].source: missing"),
+    ("vmas/balance:\n  - {label: x, frames: 0, return: 1, source: s}\n", "references.vmas/balance[0].frames: 0"),
+    ("vmas/balance:\n  - {label: x, frames: 5, return: .nan, source: s}\n", "[0].return: nan; allowed: a finite"),
+    ("vmas/balance: []\n", "references.vmas/balance: expected a list of points"),
+    ("[1, 2]\n", "holds no task"),
+])
+def test_bad_published_results_are_refused_before_anything_is_written(tmp_path, capsys, content, message):
+    _synthetic_benchmark(tmp_path / "bench")
+    (tmp_path / "refs.yaml").write_text(content)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", str(tmp_path / "bench"), "--out", str(tmp_path / "report"), "--references",
+              str(tmp_path / "refs.yaml")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in err, err
+    assert not (tmp_path / "report").exists()
+
+
+def test_the_shipped_published_results_file_reads():
+    """benchmarks/references.yaml (HARL's HalfCheetah 2x3 curves, Mava's RWARE comparison) passes the checks."""
+    from lit_marl.evaluation.references import read_references
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "references.yaml"
+    tasks = ["mamujoco/HalfCheetah-2x3", "rware/rware-tiny-2ag-v2"]
+    points = read_references(path, tasks)
+    assert sorted(points) == tasks and all(p["source"] for ps in points.values() for p in ps)
+
