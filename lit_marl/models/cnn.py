@@ -16,14 +16,16 @@ from lit_marl.models.mlp import activation_module, positive_ints
 
 
 class _ConvThenMlp(nn.Module):
-    """Images through the conv net; its flattened features, with any flat inputs, through the MLP head."""
+    """Images through the conv net; its flattened features, with any flat inputs (and, with ``agent_ids`` = the
+    group's number of agents, each agent's one-hot index), through the MLP head."""
 
     def __init__(self, conv: nn.Module, mlp: nn.Module, image_slots: list[int], channels_last: bool,
-                 head: nn.Module | None) -> None:
+                 head: nn.Module | None, agent_ids: int = 0) -> None:
         super().__init__()
         self.conv, self.mlp, self.head = conv, mlp, head
         self.image_slots = image_slots
         self.channels_last = channels_last
+        self.agent_ids = agent_ids
 
     @override
     def forward(self, *inputs: torch.Tensor):
@@ -33,6 +35,10 @@ class _ConvThenMlp(nn.Module):
             image = image.movedim(-1, -3)
         # flat entries are [*B, n_agents, features] already
         features = [self.conv(as_features(image)), *(x for i, x in enumerate(inputs) if i not in self.image_slots)]
+        if self.agent_ids:  # [*B, n_agents, n_agents]: row i is agent i's one-hot index
+            first = features[0]
+            ids = torch.eye(self.agent_ids, dtype=first.dtype, device=first.device)
+            features.append(ids.expand(*first.shape[:-2], self.agent_ids, self.agent_ids))
         out = self.mlp(features[0] if len(features) == 1 else torch.cat(features, dim=-1))
         return out if self.head is None else self.head(out)
 
@@ -54,6 +60,8 @@ class Cnn(ModelConfig):
         mlp_num_cells: hidden widths of the head.
         mlp_activation_class: activation of the head.
         channels_last: images are ``[H, W, C]`` (True) or ``[C, H, W]`` (False).
+        agent_id: append each agent's one-hot index to the head's input (EPyMARL's ``obs_agent_id``, as
+            :class:`~lit_marl.models.Mlp`'s).
     """
 
     def __init__(
@@ -66,6 +74,7 @@ class Cnn(ModelConfig):
         mlp_num_cells: Sequence[int] = (32,),
         mlp_activation_class: str = "Tanh",
         channels_last: bool = True,
+        agent_id: bool = False,
     ) -> None:
         check_types(Cnn.__init__, {k: v for k, v in locals().items() if k != "self"})
         self.cnn_num_cells = positive_ints("cnn_num_cells", cnn_num_cells)
@@ -79,6 +88,7 @@ class Cnn(ModelConfig):
         self.mlp_num_cells = positive_ints("mlp_num_cells", mlp_num_cells, allow_empty=True)
         self.mlp_activation_class = mlp_activation_class
         self.channels_last = bool(channels_last)
+        self.agent_id = bool(agent_id)
 
     @override
     def build_module(self, inputs: ModelInputs, out_keys, n_agent_outputs, centralised, share_params, head=None,
@@ -114,11 +124,13 @@ class Cnn(ModelConfig):
                     f"paddings {self.cnn_paddings}) do not fit an image of {height}x{width}: {error}"
                 ) from error
         mlp = MultiAgentMLP(
-            n_agent_inputs=conv_features + sum(inputs.shapes[i].numel() for i in flat), n_agent_outputs=n_agent_outputs,
+            n_agent_inputs=conv_features + sum(inputs.shapes[i].numel() for i in flat) + inputs.n_agents * self.agent_id,
+            n_agent_outputs=n_agent_outputs,
             n_agents=inputs.n_agents, centralized=False, share_params=share_params, device=device,
             num_cells=list(self.mlp_num_cells), activation_class=activation_module(self.mlp_activation_class),
         )
-        module = _ConvThenMlp(conv, mlp, image_slots, self.channels_last, head)
+        module = _ConvThenMlp(conv, mlp, image_slots, self.channels_last, head,
+                              agent_ids=inputs.n_agents if self.agent_id else 0)
         return TensorDictModule(module, in_keys=list(inputs.keys), out_keys=list(out_keys))
 
 

@@ -332,6 +332,18 @@ def test_recurrent_agents_take_ids_too(model):
         assert torch.allclose(out[:, 0], out[:, 1]) is (not agent_id)
 
 
+def test_a_shared_cnn_with_ids_tells_agents_with_the_same_image_apart():
+    """Cnn's head reads each agent's id after the conv features (Melting Pot and MAgent2 policies share a Cnn)."""
+    image = torch.rand(7, 6, 2).expand(4, 3, 7, 6, 2)  # every agent sees the same image
+    for agent_id in (False, True):
+        torch.manual_seed(0)
+        module = Cnn(cnn_num_cells=[4], mlp_num_cells=[8], agent_id=agent_id).build_module(
+            _inputs((7, 6, 2)), [("agents", "out")], 5, centralised=False, share_params=True)
+        out = _run(module, in0=image)["agents", "out"]
+        assert torch.allclose(out[:, 0], out[:, 1]) is (not agent_id)
+        _grads_reach_every_parameter(module, out)
+
+
 def test_agent_ids_where_no_input_is_per_agent_are_refused_by_name():
     with pytest.raises(ConfigError, match=r"^agent_id: true, but this network reads no input per agent"):
         Mlp(agent_id=True).build_single(10, 2)
