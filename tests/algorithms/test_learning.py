@@ -14,7 +14,8 @@ from lit_marl.envs import VmasTask
 from lit_marl.models import Mlp
 
 #: Measured on this 2-core machine (seeds 0, 1, 2): untrained ≈ -2, -8.5, -1.6; after 84k frames ≈ 35, 20,
-#: 25. Each seed takes about 20 s.
+#: 25 with per-environment VMAS resets, and 31.4, 20.8, 25.4 with batched resets (the default since issue 33,
+#: 2026-12-05: rises of 33.2, 29.7, 27.1). Each seed takes about 25 s.
 MARGIN = 15.0
 ITERATIONS = 14
 
