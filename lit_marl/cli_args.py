@@ -24,8 +24,6 @@ def merge_simulator_kwargs(argv: list[str], notices: list[str] | None = None) ->
     print once the config has built). To drop a key, give the whole dict in a config file."""
     import json
 
-    import yaml
-
     argv, files = list(argv), []
     say = notices.append if notices is not None else (lambda line: print(line, file=sys.stderr))
     for i, arg in enumerate(argv):
@@ -33,33 +31,24 @@ def merge_simulator_kwargs(argv: list[str], notices: list[str] | None = None) ->
             files.append(argv[i + 1])
         elif arg.startswith("--config="):
             files.append(arg.split("=", 1)[1])
+    given_fields = {field for _, _, field, _ in _task_arguments(argv)}
     switched = _switched_scenario(argv, files)
-    for i, arg in enumerate(argv):
-        name, inline, text = arg.partition("=")
-        field = _task_field(name)
-        if field not in SIMULATOR_KWARGS:
-            continue
-        if not inline and i + 1 >= len(argv):
-            continue  # the parser names the missing value
-        try:
-            given = yaml.safe_load(text if inline else argv[i + 1])
-        except yaml.YAMLError:
-            continue  # the parser names the bad value
-        from_files = task_argument_in_files(files, field)
+    for i, name, field, given in _task_arguments(argv):
+        from_files = task_argument_in_files(files, field) if field in SIMULATOR_KWARGS else None
         if not isinstance(given, dict) or not isinstance(from_files, dict) or field in switched:
             continue
         merged = {**from_files, **given}
         if merged == given:
             continue
         value = json.dumps(merged)
-        if inline:
+        if "=" in argv[i]:
             argv[i] = f"{name}={value}"
         else:
             argv[i + 1] = value
         say(f"lit-marl: task.{field}: the command line's {given} merged into the config file's {from_files}: "
             f"{merged} (to drop a key, give the whole dict in a config file)")
     for field, (prefix, chosen, before, from_files) in switched.items():
-        if any(arg.partition("=")[0] == f"{prefix}.{field}" for arg in argv):
+        if field in given_fields:
             continue  # the command line's dict, as given, for the chosen scenario
         argv += [f"{prefix}.{field}", "{}"]
         say(f"lit-marl: task.{field}: the config file's {from_files} were written for {before!r}; the command line "
@@ -75,28 +64,34 @@ def _task_field(name: str) -> str | None:
     return path[2] if len(path) == 3 and path[:2] == ["--model", "task"] else None
 
 
+def _task_arguments(argv: list[str]):
+    """``(index, name, field, value)`` of each task field the command line sets (``--name value`` or ``--name=value``),
+    the value read as YAML; one without a value, or not YAML, is left to the parser, which names it."""
+    import yaml
+
+    for i, arg in enumerate(argv):
+        name, inline, text = arg.partition("=")
+        field = _task_field(name)
+        if field is None or (not inline and i + 1 >= len(argv)):
+            continue
+        try:
+            yield i, name, field, yaml.safe_load(text if inline else argv[i + 1])
+        except yaml.YAMLError:
+            continue
+
+
 def _switched_scenario(argv: list[str], files: list[str]) -> dict[str, tuple[str, Any, Any, dict]]:
     """The simulator-argument dicts whose scenario the command line changed from the config file's: ``{kwargs
     field: (the argument's prefix, the chosen scenario, the file's scenario, the file's dict)}``. Balance's
     ``package_mass`` would otherwise be passed to navigation, which fails on it (or, where another scenario accepts a
     key of the same name, trains with a setting meant for another task)."""
-    import yaml
-
     switched = {}
-    for i, arg in enumerate(argv):
-        name, inline, text = arg.partition("=")
-        prefix, field = name.rpartition(".")[0], _task_field(name)
+    for _, name, field, chosen in _task_arguments(argv):
         if field not in SCENARIO_FIELDS:
-            continue
-        if not inline and i + 1 >= len(argv):
-            continue
-        try:
-            chosen = yaml.safe_load(text if inline else argv[i + 1])
-        except yaml.YAMLError:
             continue
         before, from_files = task_argument_in_files(files, field), task_argument_in_files(files, SCENARIO_FIELDS[field])
         if before is not None and chosen != before and isinstance(from_files, dict) and from_files:
-            switched[SCENARIO_FIELDS[field]] = (prefix, chosen, before, from_files)
+            switched[SCENARIO_FIELDS[field]] = (name.rpartition(".")[0], chosen, before, from_files)
     return switched
 
 

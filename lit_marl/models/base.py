@@ -79,6 +79,13 @@ def as_features(x: torch.Tensor) -> torch.Tensor:
     return x if x.is_floating_point() else x.float()
 
 
+def agent_ids(like: torch.Tensor, n_agents: int) -> torch.Tensor:
+    """Each agent's one-hot index among the group's ``n_agents`` (EPyMARL's ``obs_agent_id``), shaped as ``like``'s
+    ``[*B, n_agents, F]`` with ``n_agents`` features: row i of the identity for agent i."""
+    ids = torch.eye(n_agents, dtype=like.dtype, device=like.device)
+    return ids.expand(*like.shape[:-2], n_agents, n_agents)
+
+
 class FlattenConcat(nn.Module):
     """Flattens each input's feature dims (after the agent dim), concatenates them (and, with ``agent_ids`` = the
     group's number of agents, each agent's one-hot index, EPyMARL's ``obs_agent_id``) and applies ``net``, then
@@ -95,10 +102,8 @@ class FlattenConcat(nn.Module):
     @override
     def forward(self, *inputs: torch.Tensor) -> Any:
         parts = [as_features(x if nd == 1 else x.flatten(x.dim() - nd)) for x, nd in zip(inputs, self.feature_ndims)]
-        if self.agent_ids:  # [*B, n_agents, n_agents]: row i is agent i's one-hot index
-            first = parts[0]
-            ids = torch.eye(self.agent_ids, dtype=first.dtype, device=first.device)
-            parts.append(ids.expand(*first.shape[:-2], self.agent_ids, self.agent_ids))
+        if self.agent_ids:
+            parts.append(agent_ids(parts[0], self.agent_ids))
         out = self.net(parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1))
         return out if self.head is None else self.head(out)
 

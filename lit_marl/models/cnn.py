@@ -11,7 +11,7 @@ from torchrl.modules import MultiAgentConvNet, MultiAgentMLP
 from typing_extensions import override
 
 from lit_marl.errors import ConfigError, check_types
-from lit_marl.models.base import ModelConfig, ModelInputs, as_features
+from lit_marl.models.base import ModelConfig, ModelInputs, agent_ids, as_features
 from lit_marl.models.mlp import activation_module, positive_ints
 
 
@@ -35,10 +35,8 @@ class _ConvThenMlp(nn.Module):
             image = image.movedim(-1, -3)
         # flat entries are [*B, n_agents, features] already
         features = [self.conv(as_features(image)), *(x for i, x in enumerate(inputs) if i not in self.image_slots)]
-        if self.agent_ids:  # [*B, n_agents, n_agents]: row i is agent i's one-hot index
-            first = features[0]
-            ids = torch.eye(self.agent_ids, dtype=first.dtype, device=first.device)
-            features.append(ids.expand(*first.shape[:-2], self.agent_ids, self.agent_ids))
+        if self.agent_ids:
+            features.append(agent_ids(features[0], self.agent_ids))
         out = self.mlp(features[0] if len(features) == 1 else torch.cat(features, dim=-1))
         return out if self.head is None else self.head(out)
 

@@ -34,7 +34,7 @@ from torchrl.data import Unbounded
 from typing_extensions import override
 
 from lit_marl.errors import ConfigError, check_types
-from lit_marl.models.base import ModelConfig, ModelInputs
+from lit_marl.models.base import ModelConfig, ModelInputs, agent_ids
 from lit_marl.models.mlp import positive_ints
 
 _MODE = threading.local()
@@ -89,10 +89,8 @@ class MultiAgentRecurrent(TensorDictModuleBase):
         for key, nd in zip(self.in_keys[: self.n_inputs], self.feature_ndims):
             x = tensordict.get(key)
             parts.append(x if nd == 1 else x.flatten(x.dim() - nd))
-        if self.agent_ids:  # each agent's one-hot index among the group's agents (EPyMARL's obs_agent_id)
-            first = parts[0]
-            ids = torch.eye(self.n_agents, dtype=first.dtype, device=first.device)
-            parts.append(ids.expand(*first.shape[:-2], self.n_agents, self.n_agents))
+        if self.agent_ids:
+            parts.append(agent_ids(parts[0], self.n_agents))
         x = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)  # [*B, n_agents, F]
         if self.centralised:  # every agent reads all agents' inputs
             x = x.flatten(-2).unsqueeze(-2).expand(*x.shape[:-2], self.n_agents, x.shape[-2] * x.shape[-1])

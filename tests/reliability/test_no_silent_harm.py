@@ -97,6 +97,9 @@ def test_another_scenario_on_the_command_line_starts_from_its_own_defaults(tmp_p
     short = LitMarlCLI(args=["--config", str(config), "--model.task.scenario=navigation", "--model.task.scenario_kwargs",
                              "{n_agents: 2}"], run=False)
     assert (short.model.task.scenario, short.model.task.scenario_kwargs) == ("navigation", {"n_agents": 2})
+    mixed = LitMarlCLI(args=["--config", str(config), "--model.task.scenario", "navigation",  # the two forms mixed
+                             "--model.init_args.task.init_args.scenario_kwargs", "{n_agents: 2}"], run=False)
+    assert mixed.model.task.scenario_kwargs == {"n_agents": 2}
     assert "merged" not in capsys.readouterr().err
     same = LitMarlCLI(args=["--config", str(config), "--model.task.scenario", "balance"], run=False)
     assert same.model.task.scenario_kwargs == {"n_agents": 4, "package_mass": 5, "random_package_pos_on_line": True}
