@@ -120,3 +120,27 @@ def test_the_curve_of_a_run_averages_the_collected_returns_between_evaluations(t
     with pytest.raises(SystemExit):
         curves.main([str(run), "--scale", "0"])
     assert "--scale: 0.0 is not a positive number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("entry", ["shipped", "one_stream"])
+def test_the_one_stream_arm_seeds_the_training_envs_once(entry, tmp_path, monkeypatch):
+    """Issue 32 item 3's arm: lit-marl re-seeds at every iteration that starts on episode boundaries (every one
+    here: 4 envs × 10 steps, episodes of 10); ``one_stream.py`` seeds at the first collection only."""
+    import importlib.util
+
+    from lit_marl.algorithms import MAPPO
+    from lit_marl.data import Sampler, collection
+    from tests.helpers.tiny import tiny_kwargs, tiny_task, tiny_trainer
+
+    monkeypatch.setattr(Sampler, "collect", Sampler.collect)  # restored after the test, whatever the import patched
+    if entry == "one_stream":
+        spec = importlib.util.spec_from_file_location("one_stream", ROOT / "benchmarks" / "vs_benchmarl" /
+                                                      "one_stream.py")
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    seeded = []
+    derived = collection.derived_seed
+    monkeypatch.setattr(collection, "derived_seed", lambda seed, rank, iteration: seeded.append(iteration) or
+                        derived(seed, rank, iteration))
+    model = MAPPO(task=tiny_task(), **tiny_kwargs())
+    tiny_trainer(tmp_path, max_epochs=3, check_val_every_n_epoch=100).fit(model)
+    assert seeded == ([0, 1, 2] if entry == "shipped" else [0])

@@ -4,6 +4,8 @@ the same seeds and frames, evaluated at the same frame counts (10 deterministic 
     python benchmarks/vs_benchmarl/learning.py run --side lit-marl --algorithm qmix --seed 0
     python benchmarks/vs_benchmarl/learning.py run --side benchmarl --algorithm qmix --seed 0   # in BenchMARL's venv
     python benchmarks/vs_benchmarl/learning.py table --algorithms qmix                           # the table, with CIs
+    python benchmarks/vs_benchmarl/learning.py run --side lit-marl-one-stream --algorithm qmix --seed 0
+    python benchmarks/vs_benchmarl/learning.py table --sides lit-marl lit-marl-one-stream       # re-seeding or not
 
 Each run writes ``benchmarks/out/vs_benchmarl/learning/<side>_<algorithm>_seed<seed>.json`` ({frames: mean
 evaluation return}) and ``….training.json`` beside it (the mean return of the episodes each collection finished,
@@ -11,6 +13,10 @@ iteration by iteration); runs may go side by side (one torch thread each). ``tab
 evaluation, both sides' mean over seeds and the difference of means (lit-marl − BenchMARL) with a bootstrap 95 % CI
 over seeds (``lit_marl.evaluation.statistics``), the same for the training returns of the last five collections
 (where both sides recorded them), and writes ``learning.json`` beside the runs.
+
+The side ``lit-marl-one-stream`` is lit-marl with its training environments seeded once, at the first collection,
+instead of at every iteration that starts on episode boundaries (``one_stream.py``; issue 32 item 3); ``table --sides
+lit-marl lit-marl-one-stream`` compares it with the shipped design the same way.
 """
 
 from __future__ import annotations
@@ -98,13 +104,19 @@ def run_benchmarl(algorithm: str, seed: int, frames: int, eval_every: int) -> di
     return evaluations, {FRAMES_PER_BATCH * (i + 1): r for i, r in enumerate(returns.training)}
 
 
+#: lit-marl's sides: how each starts ``lit-marl`` (the shipped entry point, or with one environment stream)
+LIT_MARL_SIDES = {"lit-marl": ["-m", "lit_marl.cli"],
+                  "lit-marl-one-stream": [str(ROOT / "benchmarks" / "vs_benchmarl" / "one_stream.py")]}
+SIDES = ["benchmarl", *LIT_MARL_SIDES]
+
+
 def run_lit_marl(algorithm: str, seed: int, frames: int, eval_every: int,
-                 workdir: Path | None = None) -> dict[int, float]:
+                 workdir: Path | None = None, side: str = "lit-marl") -> dict[int, float]:
     """``lit-marl fit`` with the shipped config (the real command-line path); the evaluations from metrics.csv
     (the run's folder is kept under ``workdir`` where one is given: its metrics.csv grows as the run goes)."""
     _, _, config, extra = ALGORITHMS[algorithm]
-    with _run_folder(workdir, f"lit-marl_{algorithm}_seed{seed}") as folder:
-        subprocess.run([sys.executable, "-m", "lit_marl.cli", "fit", "--config", str(ROOT / "configs" / config),
+    with _run_folder(workdir, f"{side}_{algorithm}_seed{seed}") as folder:
+        subprocess.run([sys.executable, *LIT_MARL_SIDES[side], "fit", "--config", str(ROOT / "configs" / config),
                         *extra, "--seed_everything", str(seed), "--model.init_args.max_frames", str(frames),
                         "--trainer.check_val_every_n_epoch", str(eval_every // FRAMES_PER_BATCH),
                         "--checkpoint.every_n_epochs", "100000", "--trainer.default_root_dir", folder,
@@ -131,53 +143,58 @@ def _run_folder(workdir: Path | None, name: str):
     yield str(folder)
 
 
-def table(algorithms: list[str], seeds: list[int]) -> dict:
+def table(algorithms: list[str], seeds: list[int], sides: tuple[str, str] = ("benchmarl", "lit-marl")) -> dict:
     """Per algorithm and evaluation: both sides' returns over the seeds run on both, their means, and the difference
-    of means (lit-marl − BenchMARL) with a bootstrap 95 % CI resampling each side on its own: the same seed number
-    gives the two implementations different random streams, so the runs are two samples, not pairs."""
+    of means (second side − first, by default lit-marl − BenchMARL) with a bootstrap 95 % CI resampling each side on
+    its own: the same seed number gives the two sides different random streams, so the runs are two samples, not
+    pairs."""
     sys.path.insert(0, str(ROOT))
     from lit_marl.evaluation.statistics import independent_difference
 
+    base, other = sides
     out: dict = {}
     for algorithm in algorithms:
         runs = {side: {s: json.loads(result_path(side, algorithm, s).read_text())
                        for s in seeds if result_path(side, algorithm, s).is_file()}
-                for side in ("benchmarl", "lit-marl")}
-        common = sorted(set(runs["benchmarl"]) & set(runs["lit-marl"]))
+                for side in sides}
+        common = sorted(set(runs[base]) & set(runs[other]))
         if not common:
             continue
         frames = sorted(set.intersection(*(set(r) for side in runs.values() for s, r in side.items()
                                            if s in common)), key=int)
         rows = []
         for f in frames:
-            bm = [runs["benchmarl"][s][f] for s in common]
-            lm = [runs["lit-marl"][s][f] for s in common]
-            diff = independent_difference(lm, bm) if len(common) > 1 else None
-            rows.append({"frames": int(f), "seeds": common, "benchmarl": bm, "lit_marl": lm,
-                         "benchmarl_mean": sum(bm) / len(bm), "lit_marl_mean": sum(lm) / len(lm),
-                         "difference": diff["mean_difference"] if diff else None,
-                         "probability_lit_marl_better": diff["probability_a_better"] if diff else None,
-                         # the claim "learns as well" is made only where the CI includes 0 or favours lit-marl
-                         "learns_as_well": bool(diff and diff["mean_difference"]["ci_high"] >= 0)})
-        training = _training_tail(algorithm, seeds)
+            rows.append(_row(int(f), common, [runs[base][s][f] for s in common], [runs[other][s][f] for s in common],
+                             independent_difference))
+        training = _training_tail(algorithm, seeds, sides)
         if training is not None:
             rows.append(training)
         out[algorithm] = rows
     return out
 
 
+def _row(frames, seeds: list[int], base: list[float], other: list[float], independent_difference) -> dict:
+    diff = independent_difference(other, base) if len(seeds) > 1 else None
+    return {"frames": frames, "seeds": seeds, "base": base, "other": other,
+            "base_mean": sum(base) / len(base), "other_mean": sum(other) / len(other),
+            "difference": diff["mean_difference"] if diff else None,
+            "probability_other_better": diff["probability_a_better"] if diff else None,
+            # the claim "learns as well" is made only where the CI includes 0 or favours the second side
+            "learns_as_well": bool(diff and diff["mean_difference"]["ci_high"] >= 0)}
+
+
 #: the collections the training-side row averages: the last five (96k-120k frames at BenchMARL's 6000 per batch)
 TRAINING_TAIL = 5
 
 
-def _training_tail(algorithm: str, seeds: list[int]) -> dict | None:
+def _training_tail(algorithm: str, seeds: list[int], sides: tuple[str, str]) -> dict | None:
     """A second, less noisy look at the end of training: per run, the mean return of the episodes of its last
     ``TRAINING_TAIL`` collections (each 60 episodes, near-greedy for the value-based algorithms: epsilon 0.01 by
     then), over the seeds whose ``….training.json`` exists on both sides; the same difference and rule."""
     from lit_marl.evaluation.statistics import independent_difference
 
     tails: dict[str, dict[int, float]] = {}
-    for side in ("benchmarl", "lit-marl"):
+    for side in sides:
         tails[side] = {}
         for seed in seeds:
             path = result_path(side, algorithm, seed).with_suffix(".training.json")
@@ -185,22 +202,19 @@ def _training_tail(algorithm: str, seeds: list[int]) -> dict | None:
                 curve = json.loads(path.read_text())
                 last = [curve[k] for k in sorted(curve, key=int)[-TRAINING_TAIL:]]
                 tails[side][seed] = sum(last) / len(last)
-    common = sorted(set(tails["benchmarl"]) & set(tails["lit-marl"]))
+    base, other = sides
+    common = sorted(set(tails[base]) & set(tails[other]))
     if len(common) < 2:
         return None
-    bm, lm = [tails["benchmarl"][s] for s in common], [tails["lit-marl"][s] for s in common]
-    diff = independent_difference(lm, bm)
-    return {"frames": "training", "seeds": common, "benchmarl": bm, "lit_marl": lm,
-            "benchmarl_mean": sum(bm) / len(bm), "lit_marl_mean": sum(lm) / len(lm),
-            "difference": diff["mean_difference"], "probability_lit_marl_better": diff["probability_a_better"],
-            "learns_as_well": bool(diff["mean_difference"]["ci_high"] >= 0)}
+    return _row("training", common, [tails[base][s] for s in common], [tails[other][s] for s in common],
+                independent_difference)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run")
-    run.add_argument("--side", choices=["lit-marl", "benchmarl"], required=True)
+    run.add_argument("--side", choices=SIDES, required=True)
     run.add_argument("--algorithm", choices=sorted(ALGORITHMS), required=True)
     run.add_argument("--seed", type=int, required=True)
     run.add_argument("--frames", type=int, default=120_000)
@@ -210,23 +224,27 @@ def main() -> None:
     tab = sub.add_parser("table")
     tab.add_argument("--algorithms", nargs="+", choices=sorted(ALGORITHMS), default=sorted(ALGORITHMS))
     tab.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    tab.add_argument("--sides", nargs=2, choices=SIDES, default=["benchmarl", "lit-marl"],
+                     help="the two sides to compare: the difference is the second's mean minus the first's")
     args = parser.parse_args()
     if args.command == "table":
-        result = table(args.algorithms, args.seeds)
+        base, other = args.sides
+        result = table(args.algorithms, args.seeds, (base, other))
         OUT.mkdir(parents=True, exist_ok=True)
-        (OUT / "learning.json").write_text(json.dumps(result, indent=1))
-        print("| algorithm | frames | seeds | BenchMARL per seed | lit-marl per seed | BenchMARL mean | lit-marl mean "
-              "| difference [95 % CI] | P(lit-marl better) | learns as well |")
+        name = "learning.json" if args.sides == ["benchmarl", "lit-marl"] else f"learning_{base}_{other}.json"
+        (OUT / name).write_text(json.dumps(result, indent=1))
+        print(f"| algorithm | frames | seeds | {base} per seed | {other} per seed | {base} mean | {other} mean "
+              f"| difference [95 % CI] | P({other} better) | learns as well |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         for algorithm, rows in result.items():
             for r in rows:
                 d = r["difference"]
                 ci = f"{d['value']:+.2f} [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}]" if d else "—"
-                p = f"{r['probability_lit_marl_better']:.2f}" if d else "—"
-                per_seed = [" / ".join(f"{v:.1f}" for v in r[k]) for k in ("benchmarl", "lit_marl")]
+                p = f"{r['probability_other_better']:.2f}" if d else "—"
+                per_seed = [" / ".join(f"{v:.1f}" for v in r[k]) for k in ("base", "other")]
                 when = f"{r['frames'] // 1000}k" if isinstance(r["frames"], int) else f"last {TRAINING_TAIL} collections"
                 print(f"| {algorithm} | {when} | {len(r['seeds'])} | {per_seed[0]} | {per_seed[1]} | "
-                      f"{r['benchmarl_mean']:.2f} | {r['lit_marl_mean']:.2f} | {ci} | {p} | "
+                      f"{r['base_mean']:.2f} | {r['other_mean']:.2f} | {ci} | {p} | "
                       f"{'yes' if r['learns_as_well'] else '**no**'} |")
         return
     if args.side == "benchmarl" and not args.inside_venv:  # re-run this script in BenchMARL's venv
@@ -236,7 +254,8 @@ def main() -> None:
     if args.side == "benchmarl":
         curve, training = run_benchmarl(args.algorithm, args.seed, args.frames, args.eval_every)
     else:
-        curve, training = run_lit_marl(args.algorithm, args.seed, args.frames, args.eval_every, args.workdir)
+        curve, training = run_lit_marl(args.algorithm, args.seed, args.frames, args.eval_every, args.workdir,
+                                       args.side)
     OUT.mkdir(parents=True, exist_ok=True)
     path = result_path(args.side, args.algorithm, args.seed)
     path.write_text(json.dumps({str(k): v for k, v in sorted(curve.items())}, indent=1))

@@ -11,13 +11,16 @@ each algorithm over each other, performance profiles and sample-efficiency curve
 default (per task, by the lowest and highest return of any evaluation episode), so the numbers equal marl-eval's
 on the same JSON; ``run-scores`` normalises by the lowest and highest run score, and a reference file by given
 per-task minima and maxima (e.g. of published results). Every algorithm must have run every task with the same
-seeds: a report over mismatched runs is refused, naming what is missing.
+seeds: a report over mismatched runs is refused, naming what is missing. How each run evaluated (the greedy policy
+or sampled actions, ``evaluation_deterministic``) is read from its config and shown per task and algorithm: numbers
+evaluated differently are not like-for-like.
 """
 
 from __future__ import annotations
 
 import csv
 import importlib
+import inspect
 import os
 from pathlib import Path
 from typing import Any
@@ -35,8 +38,14 @@ from lit_marl.evaluation.references import markdown_lines, read_references
 from lit_marl.reading import json_kind, read_json, read_text, read_yaml, refused
 from lit_marl.utils import instantiate
 
-#: run index: {task ("env/task"): {algorithm: {seed: run entry of the marl-eval JSON}}}
+#: run index: {task ("env/task"): {algorithm: {seed: run entry of the marl-eval JSON}}}; lit-marl adds the entry
+#: ``evaluation`` (:data:`GREEDY` or :data:`SAMPLED`) where the run's config says how it evaluated
 Runs = dict[str, dict[str, dict[int, dict[str, Any]]]]
+
+#: how a run evaluated: the policy's mode (``evaluation_deterministic: true``) or actions sampled from it
+GREEDY, SAMPLED = "greedy", "sampled"
+#: the configs a marl_eval.json may sit beside: a benchmark run's (lit-marl benchmark) or a fit's (Lightning's log dir)
+CONFIGS_BESIDE_MARL_EVAL = ("run_config.yaml", "config.yaml")
 
 
 def load_runs(paths: list[str | os.PathLike]) -> Runs:
@@ -64,6 +73,8 @@ def load_runs(paths: list[str | os.PathLike]) -> Runs:
     runs: Runs = {}
     for file in files:
         data = read_json(file, "report: marl-eval JSON", ALLOWED, marl_eval_shape)
+        config = next((file.parent / n for n in CONFIGS_BESIDE_MARL_EVAL if (file.parent / n).is_file()), None)
+        mode = evaluation_mode(read_yaml(config, "report: run config", RUN_ALLOWED, _mapping)) if config else None
         for env, tasks in data.items():
             for task, algorithms in tasks.items():
                 for algorithm, seeds in algorithms.items():
@@ -75,17 +86,43 @@ def load_runs(paths: list[str | os.PathLike]) -> Runs:
                                               f"(again in {file})")
                         if not any(k.startswith("step_") for k in run) and "absolute_metrics" not in run:
                             continue  # started, never evaluated
-                        entry[seed] = run
+                        entry[seed] = run if mode is None else {**run, "evaluation": mode}
     for folder in run_folders:
-        task, algorithm, seed, steps = _run_folder(folder)
+        task, algorithm, seed, steps, mode = _run_folder(folder)
         if not steps:
             continue
         entry = runs.setdefault(task, {}).setdefault(algorithm, {})
-        # the folders of one algorithm, task and seed are one run and its resumes: their evaluations merge
-        merged = {v["step_count"]: v for v in entry.get(seed, {}).values()}
+        # the folders of one algorithm, task and seed are one run and its resumes: their evaluations merge (a resume
+        # may change how it evaluates: then the run's mode is "mixed")
+        earlier = entry.get(seed, {})
+        merged = {v["step_count"]: v for v in _steps(earlier)}
         merged.update({v["step_count"]: v for v in steps})
         entry[seed] = {f"step_{k}": merged[c] for k, c in enumerate(sorted(merged))}
+        entry[seed]["evaluation"] = mode if earlier.get("evaluation", mode) == mode else MIXED
     return runs
+
+
+#: a run (or a set of runs) that evaluated both ways
+MIXED = "mixed"
+
+
+def evaluation_mode(config: dict[str, Any]) -> str:
+    """:data:`GREEDY` or :data:`SAMPLED`: the run config's ``model.init_args.evaluation_deterministic``, else its
+    algorithm's default."""
+    model = config.get("model") or {}
+    value = (model.get("init_args") or {}).get("evaluation_deterministic")
+    if value is None:
+        value = _algorithm_default(str(model.get("class_path", "")), "evaluation_deterministic")
+    return GREEDY if value in (True, None) else SAMPLED
+
+
+def _algorithm_default(class_path: str, argument: str) -> Any:
+    module_name, _, cls_name = class_path.rpartition(".")
+    try:
+        parameter = inspect.signature(getattr(importlib.import_module(module_name), cls_name)).parameters[argument]
+    except (ImportError, AttributeError, KeyError, ValueError):
+        return None
+    return None if parameter.default is inspect.Parameter.empty else parameter.default
 
 
 #: what ``lit-marl report`` reads of a run folder
@@ -96,8 +133,9 @@ def _mapping(data: Any) -> str | None:
     return None if isinstance(data, dict) else f"{json_kind(data)} where a mapping belongs"
 
 
-def _run_folder(folder: Path) -> tuple[str, str, int, list[dict[str, Any]]]:
-    """``(task name, algorithm name, seed, evaluations)`` of a Lightning run folder (``val/return`` per evaluation)."""
+def _run_folder(folder: Path) -> tuple[str, str, int, list[dict[str, Any]], str]:
+    """``(task name, algorithm name, seed, evaluations, evaluation mode)`` of a Lightning run folder (``val/return``
+    per evaluation)."""
     config_file, metrics = folder / "config.yaml", folder / "metrics.csv"
     config = read_yaml(config_file, "report: run config", RUN_ALLOWED, _mapping)
     try:
@@ -118,7 +156,7 @@ def _run_folder(folder: Path) -> tuple[str, str, int, list[dict[str, Any]]]:
                 raise refused("report: metrics", metrics, f"of the wrong shape (row {row_number + 1}: counters/frames "
                               f"{row['counters/frames']!r} or val/return {row['val/return']!r} is not a number)",
                               RUN_ALLOWED) from None
-    return task, algorithm, seed, steps
+    return task, algorithm, seed, steps, evaluation_mode(config)
 
 
 def check_complete(runs: Runs) -> tuple[list[str], list[str], list[int]]:
@@ -169,6 +207,9 @@ def compute(runs: Runs, n_resamples: int = st.N_RESAMPLES, seed: int = 0, confid
 
     per_task = {t: {a: {name: st.estimate([raw[a][:, i]], st.AGGREGATES[name], **kw) for name in ("mean", "iqm")}
                     for a in algorithms} for i, t in enumerate(tasks)}
+    for t in tasks:
+        for a in algorithms:
+            per_task[t][a]["evaluation"] = _modes([runs[t][a][s].get("evaluation") for s in seeds])
     aggregate = {a: st.aggregate_metrics(normalised[a], **kw) for a in algorithms}
     improvement = {f"{x} > {y}": st.probability_of_improvement(normalised[x], normalised[y], **kw)
                    for x in algorithms for y in algorithms if x != y}
@@ -202,6 +243,31 @@ def compute(runs: Runs, n_resamples: int = st.N_RESAMPLES, seed: int = 0, confid
     }
 
 
+def _modes(modes: list[str | None]) -> str:
+    """One word for how a task's runs of one algorithm evaluated: greedy, sampled, mixed, or not recorded (a
+    marl-eval JSON given without the run's config beside it)."""
+    known = set(modes) - {None}
+    if not known:
+        return NOT_RECORDED
+    return known.pop() if len(known) == 1 and None not in modes else MIXED
+
+
+NOT_RECORDED = "not recorded"
+
+
+def evaluation_note(result: dict[str, Any]) -> str | None:
+    """A warning line where the report compares runs that evaluated differently (greedy against sampled, or runs
+    whose mode is mixed or unknown): such numbers are not like-for-like."""
+    modes = {result["per_task"][t][a]["evaluation"] for t in result["tasks"] for a in result["algorithms"]}
+    if len(modes) == 1 and modes <= {GREEDY, SAMPLED}:
+        return None
+    if modes == {NOT_RECORDED}:
+        return ("How these runs evaluated (greedy or sampled actions) is not recorded: their marl-eval JSON came "
+                "without the runs' configs.")
+    return (f"Not like-for-like: these runs did not all evaluate the same way ({', '.join(sorted(modes))}; the "
+            f"column \"evaluation\" below says which), and one policy's greedy and sampled returns differ.")
+
+
 # ----------------------------------------------------------------------------------------------- tables
 def _cell(e: dict[str, Any], digits: int = 3) -> str:
     return f"{e['value']:.{digits}f} [{e['ci_low']:.{digits}f}, {e['ci_high']:.{digits}f}]"
@@ -221,17 +287,19 @@ def markdown(result: dict[str, Any]) -> str:
              "## Aggregate (min-max normalised per task)", "", _normalisation_line(result["normalisation"]), ""]
     lines += [f"- {note}" for note in result["normalisation"]["notes"]]
     lines += [""] if result["normalisation"]["notes"] else []
+    note = evaluation_note(result)
+    lines += [f"**{note}**", ""] if note else []
     lines += ["| algorithm | mean | median | IQM | optimality gap |", "|---|---|---|---|---|"]
     for a in result["algorithms"]:
         agg = result["aggregate"][a]
         lines.append(f"| {a} | {_cell(agg['mean'])} | {_cell(agg['median'])} | {_cell(agg['iqm'])} | "
                      f"{_cell(agg['optimality_gap'])} |")
     lines += ["", "![aggregate](aggregate_metrics.png)", "", "## Per task (raw return)", "",
-              "| task | algorithm | mean | IQM |", "|---|---|---|---|"]
+              "| task | algorithm | mean | IQM | evaluation |", "|---|---|---|---|---|"]
     for t in result["tasks"]:
         for a in result["algorithms"]:
             e = result["per_task"][t][a]
-            lines.append(f"| {t} | {a} | {_cell(e['mean'])} | {_cell(e['iqm'])} |")
+            lines.append(f"| {t} | {a} | {_cell(e['mean'])} | {_cell(e['iqm'])} | {e['evaluation']} |")
     lines += ["", "## Probability of improvement", "", "| X > Y | P(X > Y) |", "|---|---|"]
     for pair, e in result["probability_of_improvement"].items():
         lines.append(f"| {pair} | {_cell(e)} |")
@@ -256,12 +324,13 @@ def latex(result: dict[str, Any]) -> str:
         agg = result["aggregate"][a]
         lines.append(f"{escape(a)} & {cell(agg['mean'])} & {cell(agg['median'])} & {cell(agg['iqm'])} & "
                      f"{cell(agg['optimality_gap'])} \\\\")
-    lines += ["\\bottomrule", "\\end{tabular}", "", "\\begin{tabular}{llll}", "\\toprule",
-              "Task & Algorithm & Mean return & IQM return \\\\", "\\midrule"]
+    lines += ["\\bottomrule", "\\end{tabular}", "", "\\begin{tabular}{lllll}", "\\toprule",
+              "Task & Algorithm & Mean return & IQM return & Evaluation \\\\", "\\midrule"]
     for t in result["tasks"]:
         for a in result["algorithms"]:
             e = result["per_task"][t][a]
-            lines.append(f"{escape(t)} & {escape(a)} & {cell(e['mean'])} & {cell(e['iqm'])} \\\\")
+            lines.append(f"{escape(t)} & {escape(a)} & {cell(e['mean'])} & {cell(e['iqm'])} & "
+                         f"{e['evaluation']} \\\\")
     lines += ["\\bottomrule", "\\end{tabular}", ""]
     return "\n".join(lines)
 

@@ -150,11 +150,12 @@ def test_report_over_mismatched_runs_names_the_missing_ones(tmp_path):
     assert "vmas/balance / mappo / seed 3" not in message
 
 
-def _run_folder(path: Path, class_path: str, seed: int, returns: list[float], first_frames: int = 100) -> None:
+def _run_folder(path: Path, class_path: str, seed: int, returns: list[float], first_frames: int = 100,
+                **init_args) -> None:
     path.mkdir(parents=True)
     task = {"class_path": "lit_marl.envs.VmasTask", "init_args": {"scenario": "balance", "max_steps": 10}}
-    (path / "config.yaml").write_text(json.dumps({"seed_everything": seed,
-                                                  "model": {"class_path": class_path, "init_args": {"task": task}}}))
+    (path / "config.yaml").write_text(json.dumps({"seed_everything": seed, "model": {
+        "class_path": class_path, "init_args": {"task": task, **init_args}}}))
     rows = ["counters/frames,epoch,val/return"]
     rows += [f"{first_frames + 100 * k},{k},{r}" for k, r in enumerate(returns)]
     (path / "metrics.csv").write_text("\n".join(rows) + "\n")
@@ -172,6 +173,51 @@ def test_report_reads_plain_run_folders_and_merges_resumes(tmp_path):
     result = compute(runs, n_resamples=200)
     assert result["scores"] == {"ippo": [[1.0], [0.0]], "mappo": [[3.0], [2.5]]}
     assert result["sample_efficiency"]["mappo"]["frames"] == [100, 200, 300]
+    # no run config says otherwise: the algorithms' default, the greedy policy
+    assert {result["per_task"]["vmas/balance"][a]["evaluation"] for a in ("mappo", "ippo")} == {"greedy"}
+
+
+def test_the_report_says_how_each_algorithm_evaluated_and_warns_when_runs_differ(tmp_path):
+    """Issue 36 item 2: greedy against sampled evaluation is not like-for-like; the report shows each run's mode
+    (its config's ``evaluation_deterministic``, a benchmark run's ``run_config.yaml`` beside its marl_eval.json) and
+    says so where they differ."""
+    from lit_marl.evaluation.results import evaluation_note, latex, markdown
+
+    for seed in (0, 1):
+        _run_folder(tmp_path / "runs" / f"mappo_{seed}", "lit_marl.algorithms.MAPPO", seed, [1.0, 2.0],
+                    evaluation_deterministic=False)
+        _run_folder(tmp_path / "runs" / f"qmix_{seed}", "lit_marl.algorithms.QMIX", seed, [1.0, 3.0],
+                    evaluation_deterministic=True)
+    result = compute(load_runs([tmp_path / "runs"]), n_resamples=100)
+    assert result["per_task"]["vmas/balance"]["mappo"]["evaluation"] == "sampled"
+    assert result["per_task"]["vmas/balance"]["qmix"]["evaluation"] == "greedy"
+    assert "Not like-for-like" in evaluation_note(result) and "greedy, sampled" in evaluation_note(result)
+    text = markdown(result)
+    assert "| vmas/balance | mappo | " in text and text.split("| vmas/balance | mappo | ")[1].split("\n")[0].endswith(
+        "| sampled |")
+    assert "**Not like-for-like" in text and "& sampled \\\\" in latex(result)
+
+    # a resume that changed the mode makes that run "mixed"
+    _run_folder(tmp_path / "runs" / "mappo_0b", "lit_marl.algorithms.MAPPO", 0, [4.0], first_frames=300,
+                evaluation_deterministic=True)
+    result = compute(load_runs([tmp_path / "runs"]), n_resamples=100)
+    assert result["per_task"]["vmas/balance"]["mappo"]["evaluation"] == "mixed"
+
+    # marl-eval JSON: the mode from the run_config.yaml beside it; without one it is not recorded
+    bench = tmp_path / "bench"
+    _synthetic_benchmark(bench, seeds=(0, 1))
+    for seed in (0, 1):
+        for task in ("balance", "navigation"):
+            (bench / task / "mappo" / f"seed_{seed}" / "run_config.yaml").write_text(json.dumps(
+                {"model": {"class_path": "lit_marl.algorithms.MAPPO",
+                           "init_args": {"evaluation_deterministic": False}}}))
+    result = compute(load_runs([bench]), n_resamples=100)
+    assert result["per_task"]["vmas/navigation"]["mappo"]["evaluation"] == "sampled"
+    assert result["per_task"]["vmas/navigation"]["ippo"]["evaluation"] == "not recorded"
+    assert "Not like-for-like" in evaluation_note(result)
+    plain = tmp_path / "plain"
+    _synthetic_benchmark(plain, seeds=(0, 1))
+    assert "is not recorded" in evaluation_note(compute(load_runs([plain]), n_resamples=100))
 
 
 # ------------------------------------------------------------------------ marl-eval's normalisation
