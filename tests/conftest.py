@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
 from tests.helpers.tiny import ROOT
 
 os.environ.setdefault("PYTHONHASHSEED", "0")
+if "PYTEST_XDIST_WORKER" in os.environ and "OMP_NUM_THREADS" not in os.environ:
+    # pytest -n N: the workers share the cores (each test's numbers were measured with one torch thread per run)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 # Subprocesses (``lit-marl …``) import lit_marl from this checkout too, not from wherever it was pip-installed from.
 os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
 
