@@ -47,9 +47,8 @@ def shares(algorithm: Any, world_size: int, stage: str = "fit") -> list[str]:
     else:
         sizes = {"num_envs": algorithm.num_envs, "frames_per_batch": algorithm.frames_per_batch,
                  "evaluation_episodes": algorithm.evaluation_episodes}
-        for name in ("minibatch_size", "train_batch_size"):
-            if hasattr(algorithm, name):
-                sizes[name] = getattr(algorithm, name)
+        loop = getattr(algorithm, "loop", None)  # a lit-marl run's training loop: its minibatch size
+        sizes.update(loop.global_sizes if loop is not None else {})
     problems = [f"{name}: {value} is not a multiple of the {world_size} processes; allowed: a multiple such as "
                 f"{max(1, value // world_size) * world_size}" for name, value in sizes.items() if value % world_size]
     if stage == "fit":

@@ -2,8 +2,9 @@
 where the learner does.
 
 ``MAPPO(task, clip_epsilon=0.1, frames_per_batch=6000, …)`` takes the arguments of its learner
-(:class:`~lit_marl.algorithms.ppo.MAPPOLearner` and the learner classes above it) and of its run
-(:class:`~lit_marl.algorithms.on_policy.OnPolicyAlgorithm` and :class:`~lit_marl.algorithms.base.MarlAlgorithm`).
+(:class:`~lit_marl.algorithms.ppo.PPO` and the learner classes above it), of the loop its learner names
+(:class:`~lit_marl.algorithms.loops.OnPolicyLoop`: ``n_minibatch_iters``, ``minibatch_size``) and of its run
+(:class:`~lit_marl.algorithms.base.MarlAlgorithm`).
 Each argument is declared, typed and documented in exactly one of those ``__init__`` signatures and docstrings;
 :func:`compose` writes the algorithm's own ``__init__`` whose signature (what ``inspect.signature``, jsonargparse and
 so ``lit-marl fit --help`` / ``--print_config`` read) and docstring are theirs put together.
@@ -23,6 +24,8 @@ from lit_marl.errors import ConfigError, check_types, did_you_mean
 
 #: the arguments a learner gets from the run, not from the user
 LEARNER_CONTEXT = ("task", "group", "run")
+#: the argument a loop gets from the run that holds it
+LOOP_CONTEXT = ("run",)
 
 
 def _own_init(klass: type) -> Any:
@@ -108,16 +111,21 @@ def learner_skip(algorithm: type) -> tuple[str, ...]:
 
 def compose(cls: type, learner: type | None) -> None:
     """Give the concrete algorithm ``cls`` an ``__init__(self, task, **arguments)`` whose signature and ``Args:`` are
-    its learner's arguments (``learner``'s chain) and its run's (``cls``'s own ``__init__`` chain), and which refuses an
-    unknown argument by name (with the closest ones) before anything is built."""
+    its learner's arguments (``learner``'s chain), its learner's loop's (the loop's sizes) and its run's (``cls``'s own
+    ``__init__`` chain), and which refuses an unknown argument by name (with the closest ones) before anything is
+    built."""
     skip = learner_skip(cls) if learner is not None else ()
+    loop = getattr(learner, "loop", None)
     run_parameters = parameters_of(cls)
     learner_parameters = parameters_of(learner, skip) if learner is not None else []
+    loop_parameters = parameters_of(loop, LOOP_CONTEXT) if loop is not None else []
     task, *run_parameters = run_parameters
-    clash = {p.name for p in run_parameters} & {p.name for p in learner_parameters}
-    if clash:
-        raise TypeError(f"{cls.__name__}: {', '.join(sorted(clash))} declared by both its run and its learner")
-    others = [*learner_parameters, *run_parameters]
+    declared = {"run": run_parameters, "learner": learner_parameters, "loop": loop_parameters}
+    for a, b in (("run", "learner"), ("run", "loop"), ("learner", "loop")):
+        clash = {p.name for p in declared[a]} & {p.name for p in declared[b]}
+        if clash:
+            raise TypeError(f"{cls.__name__}: {', '.join(sorted(clash))} declared by both its {a} and its {b}")
+    others = [*learner_parameters, *loop_parameters, *run_parameters]
     parameters = [task, *(p for p in others if p.default is p.empty), *(p for p in others if p.default is not p.empty)]
     signature = inspect.Signature([inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
                                    *(p.replace(kind=p.POSITIONAL_OR_KEYWORD) for p in parameters)])
@@ -149,6 +157,7 @@ def compose(cls: type, learner: type | None) -> None:
     __init__.wrapped = cls.__dict__.get("__init__") if _own_init(cls) is not None else None  # type: ignore
     cls.__init__ = __init__  # type: ignore[misc]
     owners = [k for k, _, _ in reversed(list(declaring(learner)))] if learner is not None else []
+    owners += [k for k, _, _ in reversed(list(declaring(loop)))] if loop is not None else []
     owners += [k for k, _, _ in reversed(list(declaring(cls)))]
     # the docstring jsonargparse and help() read for every argument: the class's own text, then all of them
     own = re.split(r"\n\s*Args\b.*:\s*\n", inspect.cleandoc(cls.__doc__ or ""))[0].rstrip()

@@ -6,8 +6,9 @@ learns) in ``learners``. Envs and collectors are built lazily in ``train_dataloa
 become submodules. One Lightning epoch is one collection iteration (DESIGN.md §2); the Trainer owns backward,
 clipping, precision and checkpoints.
 
-A concrete algorithm names its learner class and the run it needs, e.g. ``class MAPPO(OnPolicyAlgorithm):
-learner_class = PPO``; its constructor takes the learner's arguments and the run's, each declared once
+A concrete algorithm names its learner class, e.g. ``class MAPPO(MarlAlgorithm): learner_class = PPO``; the learner
+names the training loop the run holds (``self.loop``, :mod:`lit_marl.algorithms.loops`: Lightning's training data);
+the constructor takes the learner's arguments, the loop's and the run's, each declared once
 (:mod:`lit_marl.algorithms.arguments`).
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import copy
 import tempfile
 import time
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -32,8 +33,10 @@ from torchrl.data import TensorDictReplayBuffer
 from typing_extensions import override
 
 from lit_marl.algorithms.arguments import build_learner, compose
+from lit_marl.algorithms.clipping import clip_per_loss
 from lit_marl.algorithms.collection import CollectionLoop
 from lit_marl.algorithms.learner import GroupLearner, RunFacts
+from lit_marl.algorithms.loops import TrainingLoop, build_loop, loop_sizes
 from lit_marl.algorithms.registry import register
 from lit_marl.callbacks import FrameBudget, MetricsFileRepair, NumericalFaultPolicy, PreemptionCheckpoint
 from lit_marl.callbacks.numerics import NAN_POLICIES
@@ -151,6 +154,9 @@ class MarlAlgorithm(CollectionLoop, ABC):
         if self.collect_with_grad and not self.task.differentiable:
             raise ConfigError(f"collect_with_grad: true needs a differentiable simulator, and the task {self.task.name} "
                               f"({type(self.task).__name__}) is not one; allowed: false, or a VmasTask")
+        #: how the run trains on each iteration's frames (the loop its learners name; Lightning's training data)
+        self.loop = self.build_loop(learner_arguments)
+        self.loop.validate()
         self._validate_args()
         hparams = {name: value.to_config() if isinstance(value, Configurable) else value
                    for name, value in getattr(self, "_arguments", {}).items()}
@@ -193,15 +199,15 @@ class MarlAlgorithm(CollectionLoop, ABC):
     def _validate_args(self) -> None:
         """Subclasses check their arguments against the run's here (before any learner is built)."""
 
-    @property
-    @abstractmethod
-    def loop_batch_size(self) -> int:
-        """Frames per minibatch (on-policy) or transitions per group per optimizer step (off-policy)."""
+    def build_loop(self, arguments: dict[str, Any]) -> TrainingLoop:
+        """The loop ``learner_class`` names, sized by the loop's arguments (taken out of ``arguments``)."""
+        sizes = {name: arguments.pop(name) for name in loop_sizes(self.learner_class.loop) if name in arguments}
+        return build_loop(self, self.learner_class, sizes)
 
     def run_facts(self) -> RunFacts:
         """What each learner may read of this run."""
         return RunFacts(max_frames=self.max_frames, frames_per_batch=self.frames_per_batch, num_envs=self.num_envs,
-                        batch_size=self.loop_batch_size, collect_with_grad=self.collect_with_grad)
+                        batch_size=self.loop.batch_size, collect_with_grad=self.collect_with_grad)
 
     def check_learners(self, arguments: dict[str, Any]) -> None:
         """The learner's arguments checked before the groups are known (:func:`~arguments.build_learner`)."""
@@ -307,6 +313,10 @@ class MarlAlgorithm(CollectionLoop, ABC):
         return callbacks
 
     @override
+    def train_dataloader(self) -> TrainingLoop:
+        return self.loop
+
+    @override
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         # Minibatches are cut from a batch already on the module's device: skip Lightning's copy.
         if isinstance(batch, TensorDictBase) and batch.device == device:
@@ -316,6 +326,11 @@ class MarlAlgorithm(CollectionLoop, ABC):
     # ------------------------------------------------------------------ training
     @override
     def training_step(self, batch: TensorDictBase, batch_idx: int) -> torch.Tensor | None:
+        for group, learner in self.learners.items():  # a learner that moves itself on this minibatch (HATRPO's actor)
+            if (done := learner.own_update(self.group_batch(batch, group))) is not None:
+                for name, value in done.items():
+                    self.record(f"train/{group}/{name}", value)
+                return None  # no gradient step
         total, scalars, objective = None, {}, []
         for group in self.groups:
             terms = self.loss(group, self.group_batch(batch, group))
@@ -355,6 +370,10 @@ class MarlAlgorithm(CollectionLoop, ABC):
         return torch.optim.Adam(groups, fused=fused or None)
 
     @override
+    def on_after_backward(self) -> None:
+        self.loop.after_backward()
+
+    @override
     def on_train_batch_end(self, outputs: Any, batch: TensorDictBase, batch_idx: int) -> None:
         """After each optimizer step taken: each learner's per-step work (target networks), and the new priorities of
         the transitions it sampled."""
@@ -369,26 +388,10 @@ class MarlAlgorithm(CollectionLoop, ABC):
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         """Clip the parameters of each loss on their own (each learner's ``clip_group``: each role, or QMIX's Q-network
         and mixer together), as BenchMARL does, and log the pre-clipping norm of each."""
-        clip_groups: dict[str, list[torch.Tensor]] = {}
-        for param_group in optimizer.param_groups:
-            name = param_group.get("clip", param_group.get("name"))
-            clip_groups.setdefault(name, []).extend(p for p in param_group["params"] if p.grad is not None)
-        for name, params in clip_groups.items():
-            if not params:
-                continue
-            norm = torch.nn.utils.get_total_norm([p.grad for p in params])  # once: checked, clipped with, logged
-            if not torch.isfinite(norm):
-                if self._numerical_fault(f"gradient of {name} is {norm.item()} (norm)",
-                                         self.trainer.fit_loop.epoch_loop.batch_idx):
-                    for group in optimizer.param_groups:  # Adam leaves parameters without a gradient alone
-                        for p in group["params"]:
-                            p.grad = None
-                    return
-            # None or 0: no clipping, as in Lightning (negative values are refused in setup)
-            if gradient_clip_val and gradient_clip_algorithm == "value":
-                torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
-            elif gradient_clip_val:
-                torch.nn.utils.clip_grads_with_norm_(params, float(gradient_clip_val), norm)
+        def skip(what: str) -> bool:
+            return self._numerical_fault(what, self.trainer.fit_loop.epoch_loop.batch_idx)
+
+        for name, norm in clip_per_loss(optimizer, gradient_clip_val, gradient_clip_algorithm, skip).items():
             self.record(f"train/{name}/grad_norm", norm)
 
     def record(self, name: str, value: torch.Tensor | float) -> None:

@@ -17,7 +17,8 @@ from torchrl.objectives import DDPGLoss, ValueEstimators
 from typing_extensions import override
 
 from lit_marl.algorithms.common import TanhBounded, q_critic
-from lit_marl.algorithms.off_policy import AnnealedExploration, OffPolicyAlgorithm
+from lit_marl.algorithms.base import MarlAlgorithm
+from lit_marl.algorithms.off_policy import AnnealedExploration
 from lit_marl.errors import one_of
 from lit_marl.models import ModelInputs
 
@@ -93,7 +94,7 @@ class DDPG(AnnealedExploration):
         return {"actor": list(self.policy.parameters()), "critic": list(self.critic.parameters())}
 
 
-class MADDPG(OffPolicyAlgorithm):
+class MADDPG(MarlAlgorithm):
     """Multi-Agent DDPG: decentralised deterministic actors, centralised Q-functions (all agents'
     observations and actions of the group, or the global state and all actions)."""
 
@@ -102,7 +103,7 @@ class MADDPG(OffPolicyAlgorithm):
     learner_settings: ClassVar[dict[str, Any]] = {"centralised_critic": True}
 
 
-class IDDPG(OffPolicyAlgorithm):
+class IDDPG(MarlAlgorithm):
     """Independent DDPG: each agent's Q-function sees its own observation and action only."""
 
     algorithm_name: ClassVar[str] = "iddpg"

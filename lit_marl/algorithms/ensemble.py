@@ -2,7 +2,8 @@
 IPPO for ``agent`` on MPE ``simple_tag``. An :class:`Ensemble` is a run whose learners are of different classes: each
 group's is the one its algorithm would build alone, with that algorithm's own arguments (models, ``lr``…); the rest
 (collection, evaluation, loop, optimizer, clipping, checkpoints) is the run's, set once on the ensemble (a group that
-sets it is refused by name). The algorithms are all on-policy or all off-policy: one iteration has one training loop.
+sets it is refused by name). The groups' learners name one loop kind (all on-policy, all off-policy, or all HAPPO's or
+all HATRPO's agents one after another): one iteration has one training loop, and a mix is refused by name.
 """
 
 from __future__ import annotations
@@ -15,14 +16,9 @@ from typing_extensions import override
 from lit_marl.algorithms.arguments import algorithm_entry, build_learner
 from lit_marl.algorithms.base import MarlAlgorithm
 from lit_marl.algorithms.learner import GroupLearner
-from lit_marl.algorithms.on_policy import OnPolicyAlgorithm
-from lit_marl.data import OffPolicyData, OnPolicyData
+from lit_marl.algorithms.loops import TrainingLoop, build_loop, loop_kind, loop_name, loop_sizes
 from lit_marl.errors import CheckpointError, ConfigError
 from lit_marl.utils import Configurable
-
-#: the training loop's sizes, set on the ensemble: on-policy and off-policy
-LOOP = {True: ("n_minibatch_iters", "minibatch_size"), False: ("n_optimizer_steps", "train_batch_size")}
-
 
 class Ensemble(MarlAlgorithm):
     """Each agent group trained by its own algorithm's learner (BenchMARL's ``EnsembleAlgorithm``); see the module
@@ -31,7 +27,8 @@ class Ensemble(MarlAlgorithm):
     Args:
         algorithms: ``{group: {class_path: <algorithm>, init_args: {…}}}``, one entry for every group of the task;
             ``init_args`` are that algorithm's own (``actor_model``, ``lr``, ``clip_epsilon``, ``memory_size`` …),
-            without the run's. All on-policy (MAPPO, IPPO) or all off-policy (the others).
+            without the run's. All on-policy (MAPPO, IPPO), all off-policy (the others), or one of HAPPO and
+            HATRPO in every group.
         n_minibatch_iters: on-policy: passes over each batch (default: the algorithms' common default).
         minibatch_size: on-policy: frames per minibatch (default: as above).
         n_optimizer_steps: off-policy: optimizer steps per iteration (default: as above).
@@ -41,9 +38,6 @@ class Ensemble(MarlAlgorithm):
     algorithm_name: ClassVar[str] = "ensemble"
     #: what actions and models an ensemble takes is its algorithms' to say, so the registry never suggests it
     per_group_algorithms: ClassVar[bool] = True
-    # the loop of the ensemble's kind: the on-policy run's (the off-policy one needs nothing more)
-    minibatches_per_iteration = OnPolicyAlgorithm.minibatches_per_iteration
-
     def __init__(self, task, algorithms: dict[str, dict[str, Any]], n_minibatch_iters: int | None = None,
                  minibatch_size: int | None = None, n_optimizer_steps: int | None = None,
                  train_batch_size: int | None = None, **kwargs: Any) -> None:
@@ -51,31 +45,28 @@ class Ensemble(MarlAlgorithm):
             raise ConfigError(f"algorithms: expected one entry per agent group, {{group: {{class_path, init_args}}}}, "
                               f"got {algorithms!r}")
         self._configured = {str(g): algorithm_entry(f"algorithms.{g}", entry) for g, entry in algorithms.items()}
-        for group, (cls, _) in self._configured.items():
-            learner = getattr(cls, "learner_class", None)
-            if getattr(learner, "sequential_agents", False):
-                raise ConfigError(
-                    f"algorithms.{group}: {cls.__name__} trains its agents one after another, in an order its own run "
-                    f"draws each iteration; an ensemble's shared loop would never train them (they would stay "
-                    f"idle). Allowed here: MAPPO, IPPO (or {cls.__name__} for the whole task, without an ensemble)")
-        kinds = {g: cls.on_policy for g, (cls, _) in self._configured.items()}
-        if len(set(kinds.values())) > 1:
-            described = ", ".join(f"{g}: {self._configured[g][0].__name__} ({'on' if on else 'off'}-policy)"
-                                  for g, on in kinds.items())
+        learners = {g: cls.learner_class for g, (cls, _) in self._configured.items()}
+        if len({loop_kind(learner) for learner in learners.values()}) > 1:
+            described = ", ".join(f"{g}: {self._configured[g][0].__name__} ({loop_name(learner)})"
+                                  for g, learner in learners.items())
             raise ConfigError(f"algorithms: {described}; an ensemble collects once and trains every group in one loop "
-                              f"per iteration, so its algorithms are all on-policy or all off-policy (as BenchMARL's "
-                              f"EnsembleAlgorithm); allowed: on-policy MAPPO, IPPO, or off-policy MADDPG, IDDPG, MASAC, "
-                              f"ISAC, IQL, VDN, QMIX")
-        self.on_policy = next(iter(kinds.values()))  # an instance attribute: the class's says nothing
+                              f"per iteration, so its algorithms share one loop kind (as BenchMARL's "
+                              f"EnsembleAlgorithm: all on-policy or all off-policy); allowed: on-policy MAPPO, IPPO, "
+                              f"or off-policy MADDPG, IDDPG, MASAC, ISAC, IQL, VDN, QMIX, or HAPPO (or HATRPO) in "
+                              f"every group")
+        self._learner_kind = next(iter(learners.values()))
+        loop = self._learner_kind.loop
+        self.on_policy = loop.on_policy  # an instance attribute: the class's says nothing
         given = {"n_minibatch_iters": n_minibatch_iters, "minibatch_size": minibatch_size,
                  "n_optimizer_steps": n_optimizer_steps, "train_batch_size": train_batch_size}
-        for name in LOOP[not self.on_policy]:
-            if given[name] is not None:
-                raise ConfigError(f"{name}: {given[name]!r} is {'an off' if self.on_policy else 'an on'}-policy "
-                                  f"setting and the ensemble's algorithms are {'on' if self.on_policy else 'off'}-"
-                                  f"policy; allowed: null (their loop is set by {' and '.join(LOOP[self.on_policy])})")
-        for name in LOOP[self.on_policy]:
-            setattr(self, name, given[name] if given[name] is not None else self._common_default(name))
+        own = loop_sizes(loop)
+        for name, value in given.items():
+            if name not in own and value is not None:
+                raise ConfigError(f"{name}: {value!r} is {'an off' if self.on_policy else 'an on'}-policy setting and "
+                                  f"the ensemble's algorithms are {'on' if self.on_policy else 'off'}-policy; allowed: "
+                                  f"null (their loop is set by {' and '.join(own)})")
+        self._loop_sizes = {name: given[name] if given[name] is not None else self._common_default(name)
+                            for name in own}
         super().__init__(task, **kwargs)
         # the groups' algorithms as configured, as plain data (a checkpoint loads with weights_only=True)
         self.hparams["algorithms"] = self._hparams_initial["algorithms"] = {
@@ -97,15 +88,10 @@ class Ensemble(MarlAlgorithm):
                               f"training loop; allowed: set model.init_args.{name} on the ensemble")
         return next(iter(defaults.values()))
 
-    @property
     @override
-    def loop_batch_size(self) -> int:
-        return self.minibatch_size if self.on_policy else self.train_batch_size
-
-    @override
-    def _validate_args(self) -> None:
-        if self.on_policy:
-            OnPolicyAlgorithm._validate_args(self)
+    def build_loop(self, arguments: dict[str, Any]) -> TrainingLoop:
+        """The loop its groups' learners name (one kind, checked above), with the ensemble's sizes."""
+        return build_loop(self, self._learner_kind, dict(self._loop_sizes))
 
     @override
     def check_learners(self, arguments: dict[str, Any]) -> None:
@@ -132,10 +118,6 @@ class Ensemble(MarlAlgorithm):
                               f"training loop; allowed: the same actor_model recurrence, sequence_length and burn_in "
                               f"in every group")
         return learners
-
-    @override
-    def train_dataloader(self) -> OnPolicyData | OffPolicyData:
-        return OnPolicyData(self) if self.on_policy else OffPolicyData(self)
 
     @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

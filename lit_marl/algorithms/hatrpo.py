@@ -4,13 +4,12 @@ HAPPO's sequence of agents with each agent's clipped surrogate replaced by one t
 ``E[ratio_m × factor × A]`` subject to ``KL(π_m,old || π_m) <= kl_threshold`` (conjugate gradient on Fisher-vector
 products, then a backtracking line search: :func:`~lit_marl.algorithms.trust_region.trust_region_step`), on the whole
 batch at once; the factor and the critic are HAPPO's. On the learners: :class:`TrustRegionPPO` (HAPPO's learner with
-the step) and :class:`HATRPO` (HAPPO's run with one actor "minibatch", the whole batch, per agent, and no optimizer step
-for it).
+the step, taken in its :meth:`~TrustRegionPPO.own_update`: no optimizer step for it; its loop gives each agent's turn
+one "minibatch", the whole batch) and :class:`HATRPO` (a run like any other).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import torch
@@ -18,7 +17,8 @@ from tensordict import TensorDict, TensorDictBase
 from torch.distributions import Categorical, Normal, kl_divergence
 from typing_extensions import override
 
-from lit_marl.algorithms.happo import FACTOR, HAPPO, SequentialPPO
+from lit_marl.algorithms.happo import HAPPO, SequentialPPO
+from lit_marl.algorithms.loops import FACTOR
 from lit_marl.algorithms.trust_region import trust_region_step
 from lit_marl.errors import positive_float, positive_int, unit_interval
 
@@ -37,6 +37,8 @@ class TrustRegionPPO(SequentialPPO):
     """
 
     algorithm_label: ClassVar[str] = "HATRPO"
+    #: each agent's turn is one step on the whole batch (the sequential loop yields the batch once per agent)
+    whole_batch_turns: ClassVar[bool] = True
 
     def __init__(self, task, group, run, kl_threshold: float = 0.01, cg_iterations: int = 10,
                  cg_damping: float = 0.1, line_search_steps: int = 10, backtrack_coef: float = 0.8,
@@ -55,6 +57,14 @@ class TrustRegionPPO(SequentialPPO):
         if self.task.continuous_actions:
             return Normal(params.get((self.group, "loc"))[:, agent], params.get((self.group, "scale"))[:, agent])
         return Categorical(logits=params.get((self.group, "logits"))[:, agent])
+
+    @override
+    def own_update(self, batch: TensorDictBase) -> TensorDictBase | None:
+        """In this group's agent's turn: its trust-region step (the run takes no gradient step); else None."""
+        phase = self.turn(batch)
+        if phase.kind != "actor" or phase.group != self.group:
+            return None
+        return self.trust_region_update(batch, phase.agent)
 
     def trust_region_update(self, batch: TensorDictBase, agent: int) -> TensorDictBase:
         """One trust-region step of agent ``agent``'s policy on ``batch`` (advantage × factor); returns what it did."""
@@ -83,23 +93,3 @@ class HATRPO(HAPPO):
 
     algorithm_name: ClassVar[str] = "hatrpo"
     learner_class = TrustRegionPPO
-
-    @override
-    def actor_minibatches(self, batch: TensorDictBase, size: int) -> Iterator[TensorDictBase]:
-        yield batch  # one trust-region step on the whole batch
-
-    @property
-    @override
-    def minibatches_per_iteration(self) -> int:
-        agents = sum(len(self.task.group_map[g]) for g in self.groups)
-        return agents + self.n_minibatch_iters * (self.frames_per_batch // self.minibatch_size)
-
-    @override
-    def training_step(self, batch: TensorDictBase, batch_idx: int) -> torch.Tensor | None:
-        for group, learner in self.learners.items():
-            kind, agent = learner.phase
-            if kind == "actor":  # no gradient step: the learner moves the agent's weights itself
-                for name, value in learner.trust_region_update(batch, agent).items():
-                    self.record(f"train/{group}/{name}", value)
-                return None
-        return super().training_step(batch, batch_idx)

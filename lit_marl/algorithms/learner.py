@@ -20,6 +20,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
+from lit_marl.algorithms.loops import TrainingLoop
 from lit_marl.envs.base import Task
 from lit_marl.errors import positive_float, unit_interval
 from lit_marl.models import ModelConfig, Mlp
@@ -57,6 +58,10 @@ class GroupLearner(nn.Module, ABC):
 
     #: trains on the frames just collected (True) or on a replay buffer (False)
     on_policy: ClassVar[bool] = False
+    #: the loop the run trains this learner with (:mod:`~lit_marl.algorithms.loops`; a family names it)
+    loop: ClassVar[type[TrainingLoop] | None] = None
+    #: the agents of each group train one after another (the run wraps ``loop`` in ``SequentialAgents``)
+    sequential_agents: ClassVar[bool] = False
     supports_recurrent: ClassVar[bool] = False
     supports_continuous_actions: ClassVar[bool] = True
     supports_discrete_actions: ClassVar[bool] = True
@@ -173,6 +178,12 @@ class GroupLearner(nn.Module, ABC):
                 return terms
         """
         return self.objective_fn()(batch)
+
+    def own_update(self, batch: TensorDictBase) -> TensorDictBase | None:
+        """A learner that moves its weights itself on this minibatch, without a gradient step (HATRPO's trust-region
+        step), does it here and returns what to log; None (the default): the run takes a gradient step on
+        :meth:`loss`."""
+        return None
 
     def after_step(self, batch: TensorDictBase) -> torch.Tensor | None:
         """After each optimizer step that was taken, with this group's part of its minibatch: off-policy learners move

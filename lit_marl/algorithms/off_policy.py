@@ -1,5 +1,5 @@
 """Off-policy learning: replay settings, exploration, target networks and priorities of a group
-(:class:`OffPolicyLearner`), and the run's loop over replay buffers (:class:`OffPolicyAlgorithm`).
+(:class:`OffPolicyLearner`), trained by the run's loop over replay buffers (:class:`~lit_marl.algorithms.loops.OffPolicyLoop`).
 
 Each iteration collects ``frames_per_batch`` frames, adds each group's part to that group's replay
 buffer and trains ``n_optimizer_steps`` minibatches sampled from the buffers (one Lightning epoch).
@@ -19,9 +19,8 @@ from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torchrl.objectives import HardUpdate, SoftUpdate
 from typing_extensions import override
 
-from lit_marl.algorithms.base import MarlAlgorithm
 from lit_marl.algorithms.learner import GroupLearner
-from lit_marl.data.off_policy import OffPolicyData
+from lit_marl.algorithms.loops import OffPolicyLoop
 from lit_marl.data.replay import BUFFER_DEVICES, TRAJECTORY_KEY, ReplayShape
 from lit_marl.errors import ConfigError, non_negative_int, positive_int, unit_interval
 from lit_marl.models.recurrent import recurrent_state_specs, sequence_mode
@@ -83,6 +82,7 @@ class OffPolicyLearner(GroupLearner):
     """
 
     on_policy: ClassVar[bool] = False
+    loop = OffPolicyLoop
     supports_recurrent: ClassVar[bool] = True
 
     def __init__(
@@ -314,29 +314,3 @@ class AnnealedExploration(OffPolicyLearner):
     def anneal_frames(self) -> int:
         """Frames over which exploration anneals (default: a third of the budget, as BenchMARL)."""
         return self.exploration_anneal_frames or max(1, self.run.max_frames // 3)
-
-
-class OffPolicyAlgorithm(MarlAlgorithm):
-    """The run of off-policy learners: each iteration adds the frames collected to every group's replay buffer and
-    trains ``n_optimizer_steps`` minibatches of ``train_batch_size`` transitions per group sampled from them.
-
-    Args:
-        n_optimizer_steps: minibatches (optimizer steps) per iteration.
-        train_batch_size: transitions per group per minibatch.
-    """
-
-    on_policy: ClassVar[bool] = False
-
-    def __init__(self, task, n_optimizer_steps: int = 1000, train_batch_size: int = 128, **kwargs: Any) -> None:
-        self.n_optimizer_steps = positive_int("n_optimizer_steps", n_optimizer_steps)
-        self.train_batch_size = positive_int("train_batch_size", train_batch_size)
-        super().__init__(task, **kwargs)
-
-    @property
-    @override
-    def loop_batch_size(self) -> int:
-        return self.train_batch_size
-
-    @override
-    def train_dataloader(self) -> OffPolicyData:
-        return OffPolicyData(self)

@@ -19,7 +19,8 @@ from typing_extensions import override
 
 from lit_marl.algorithms.common import FromState, stochastic_policy
 from lit_marl.algorithms.learner import GroupLearner
-from lit_marl.algorithms.on_policy import OnPolicyAlgorithm
+from lit_marl.algorithms.loops import OnPolicyLoop
+from lit_marl.algorithms.base import MarlAlgorithm
 from lit_marl.models import ModelInputs
 from lit_marl.models.recurrent import recurrent_state_specs, sequence_mode
 from lit_marl.errors import ConfigError, non_negative_float, one_of, positive_float, positive_int, unit_interval
@@ -47,6 +48,7 @@ class PPO(GroupLearner):
     """
 
     on_policy: ClassVar[bool] = True
+    loop = OnPolicyLoop
     supports_recurrent: ClassVar[bool] = True
 
     def __init__(
@@ -226,7 +228,7 @@ class PPO(GroupLearner):
         return list(dict.fromkeys(keys))
 
 
-class MAPPO(OnPolicyAlgorithm):
+class MAPPO(MarlAlgorithm):
     """Multi-Agent PPO: decentralised actors, a centralised critic per group (over all the group's
     agents' observations, or the global state where the task has one)."""
 
@@ -235,7 +237,7 @@ class MAPPO(OnPolicyAlgorithm):
     learner_settings: ClassVar[dict[str, Any]] = {"centralised_critic": True}
 
 
-class IPPO(OnPolicyAlgorithm):
+class IPPO(MarlAlgorithm):
     """Independent PPO: decentralised actors and decentralised critics (each agent's own observation)."""
 
     algorithm_name: ClassVar[str] = "ippo"

@@ -20,7 +20,8 @@ from torchrl.objectives import DQNLoss, QMixerLoss, ValueEstimators
 from typing_extensions import override
 
 from lit_marl.algorithms.common import MaskGuard
-from lit_marl.algorithms.off_policy import AnnealedExploration, OffPolicyAlgorithm
+from lit_marl.algorithms.base import MarlAlgorithm
+from lit_marl.algorithms.off_policy import AnnealedExploration
 from lit_marl.errors import ConfigError, one_of, positive_int
 from lit_marl.models import ModelInputs
 
@@ -190,7 +191,7 @@ def _team(group: str) -> str:
     return f"{group}_team"
 
 
-class IQL(OffPolicyAlgorithm):
+class IQL(MarlAlgorithm):
     """Independent Q-learning: every agent learns its own Q-function from its own reward."""
 
     algorithm_name: ClassVar[str] = "iql"
@@ -198,7 +199,7 @@ class IQL(OffPolicyAlgorithm):
     learner_settings: ClassVar[dict[str, Any]] = {"mixer": None}
 
 
-class VDN(OffPolicyAlgorithm):
+class VDN(MarlAlgorithm):
     """Value decomposition networks: the team value is the sum of the agents' chosen-action values."""
 
     algorithm_name: ClassVar[str] = "vdn"
@@ -206,7 +207,7 @@ class VDN(OffPolicyAlgorithm):
     learner_settings: ClassVar[dict[str, Any]] = {"mixer": "vdn"}
 
 
-class QMIX(OffPolicyAlgorithm):
+class QMIX(MarlAlgorithm):
     """QMIX: a monotonic hypernetwork mixes the agents' chosen-action values, conditioned on the global
     state (or the group's observations where the task has no state)."""
 

@@ -16,7 +16,8 @@ from torchrl.objectives import DiscreteSACLoss, SACLoss, ValueEstimators
 from typing_extensions import override
 
 from lit_marl.algorithms.common import FromState, q_critic, stochastic_policy
-from lit_marl.algorithms.off_policy import OffPolicyAlgorithm, OffPolicyLearner
+from lit_marl.algorithms.base import MarlAlgorithm
+from lit_marl.algorithms.off_policy import OffPolicyLearner
 from lit_marl.errors import ConfigError, non_negative_float, one_of, positive_float, positive_int, unit_interval
 from lit_marl.models import Mlp, ModelInputs
 
@@ -154,7 +155,7 @@ class _Unflatten(nn.Module):
         return self.net(state).squeeze(-1).unflatten(-1, (self.n_agents, self.n_actions))
 
 
-class MASAC(OffPolicyAlgorithm):
+class MASAC(MarlAlgorithm):
     """Multi-Agent SAC: decentralised stochastic actors, centralised twin Q-functions per group."""
 
     algorithm_name: ClassVar[str] = "masac"
@@ -162,7 +163,7 @@ class MASAC(OffPolicyAlgorithm):
     learner_settings: ClassVar[dict[str, Any]] = {"centralised_critic": True}
 
 
-class ISAC(OffPolicyAlgorithm):
+class ISAC(MarlAlgorithm):
     """Independent SAC: each agent's twin Q-functions see its own observation (and action) only."""
 
     algorithm_name: ClassVar[str] = "isac"

@@ -196,13 +196,34 @@ def test_cli_refuses_a_mixed_ensemble_before_anything_runs(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("sequential", ["HAPPO", "HATRPO"])
-def test_a_sequential_agents_algorithm_in_an_ensemble_is_refused_by_name(sequential):
+def test_a_sequential_agents_algorithm_beside_another_loop_is_refused_by_name(sequential):
     """Issue 34: HAPPO (or HATRPO) beside MAPPO in an ensemble stayed idle (its loss empty, its weights unmoved)
-    under the ensemble's loop: refused until that loop can train agents one after another."""
+    under the ensemble's loop. Issue 35: each learner names its loop, and an ensemble refuses a mix of loops."""
     from lit_marl.errors import ConfigError
 
     algorithms = {"agent_0": {"class_path": f"lit_marl.algorithms.{sequential}"},
                   "agent_1": {"class_path": "lit_marl.algorithms.MAPPO"}}
-    with pytest.raises(ConfigError, match=f"algorithms.agent_0: {sequential} trains its agents one after another"):
+    with pytest.raises(ConfigError, match=f"algorithms: agent_0: {sequential} \\(agents one after another.*, "
+                                          f"on-policy\\), agent_1: MAPPO \\(on-policy\\); .*one loop kind"):
         Ensemble(tiny_task("balance", scenario_kwargs={"n_agents": 2}, agent_groups="one_group_per_agent"),
                  algorithms)
+
+
+def test_happo_in_every_group_trains_every_agent_in_one_order_across_the_groups(tmp_path):
+    """Issue 35: the sequential-agents loop is the run's, not a learner's state: an ensemble whose groups all take
+    HAPPO (each with its own arguments) trains every group's agents one after another, in one order per iteration
+    drawn over all of them; every group's actor and critic move (who moves in which turn: tests/algorithms/
+    test_happo.py)."""
+    algorithms = {"agent_0": {"class_path": "lit_marl.algorithms.HAPPO", "init_args": {"lr": 1e-3}},
+                  "agent_1": {"class_path": "lit_marl.algorithms.HAPPO", "init_args": {"lr": 3e-3}}}
+    model = Ensemble(tiny_task("balance", scenario_kwargs={"n_agents": 2}, agent_groups="one_group_per_agent"),
+                     algorithms, frames_per_batch=40, num_envs=4, n_minibatch_iters=2, minibatch_size=20,
+                     evaluation_episodes=2)
+    before = {g: [p.detach().clone() for p in learner.parameters()] for g, learner in model.learners.items()}
+    tiny_trainer(tmp_path, max_epochs=1, check_val_every_n_epoch=100).fit(model)
+    (order,) = model.loop.agent_orders
+    assert sorted(order) == ["agent_0/agent_0", "agent_1/agent_1"]
+    assert len(model.loop) == 2 * 2 * 2 + 2 * 2  # two agents' turns and the critics, 2 epochs of 2 minibatches each
+    for group, learner in model.learners.items():
+        moved = [not torch.equal(a, b) for a, b in zip(before[group], learner.parameters())]
+        assert all(moved), group  # its actor in its turn, its critic last

@@ -9,7 +9,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lit_marl.algorithms import HAPPO
-from lit_marl.algorithms.happo import FACTOR
+from lit_marl.algorithms.loops import FACTOR, Phase, phase_of
 from lit_marl.errors import ConfigError
 from lit_marl.models import Gru, Mlp
 from tests.helpers.tiny import tiny_kwargs, tiny_task, tiny_trainer
@@ -47,9 +47,9 @@ def test_each_agent_moves_only_in_its_turn_and_the_critic_last(tmp_path):
     original = learner.loss
 
     def watched(batch):  # the weights of every part when each phase's first minibatch arrives
-        if not snapshots or snapshots[-1][0] != learner.phase:
-            snapshots.append((learner.phase, {k: torch.cat([p.detach().flatten().clone() for p in v])
-                                              for k, v in learner.param_groups().items()}))
+        if not snapshots or snapshots[-1][0] != phase_of(batch):
+            snapshots.append((phase_of(batch), {k: torch.cat([p.detach().flatten().clone() for p in v])
+                                                for k, v in learner.param_groups().items()}))
         return original(batch)
 
     learner.loss = watched
@@ -57,11 +57,11 @@ def test_each_agent_moves_only_in_its_turn_and_the_critic_last(tmp_path):
     (order,) = model.agent_orders
     assert sorted(order) == ["agents/agent_0", "agents/agent_1", "agents/agent_2"]
     phases = [phase for phase, _ in snapshots]
-    assert phases == [("actor", int(a[-1])) for a in order] + [("critic", None)]
+    assert phases == [Phase("actor", "agents", int(a[-1])) for a in order] + [Phase("critic")]
     final = {k: torch.cat([p.detach().flatten() for p in v]) for k, v in learner.param_groups().items()}
     for (phase, before), (_, after) in zip(snapshots, snapshots[1:] + [(None, final)]):
         moved = {k for k in before if not torch.equal(before[k], after[k])}
-        assert moved == ({f"actor/agent_{phase[1]}"} if phase[0] == "actor" else {"critic"}), phase
+        assert moved == ({f"actor/agent_{phase.agent}"} if phase.kind == "actor" else {"critic"}), phase
 
 
 def test_an_agents_advantage_carries_the_earlier_agents_ratios(tmp_path):
@@ -76,8 +76,9 @@ def test_an_agents_advantage_carries_the_earlier_agents_ratios(tmp_path):
         call = objective()
 
         def run(batch):
-            if learner.phase[0] == "actor":
-                seen.append((learner.phase[1], batch.get(FACTOR).clone(), batch.get(("agents", "advantage")).clone()))
+            if phase_of(batch).kind == "actor":
+                seen.append((phase_of(batch).agent, batch.get(FACTOR).clone(),
+                             batch.get(("agents", "advantage")).clone()))
             return call(batch)
         return run
 

@@ -13,7 +13,6 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from tensordict import TensorDict
 
 from lit_marl.algorithms import IPPO, IQL, ISAC, MADDPG, MAPPO, QMIX
-from lit_marl.data import OffPolicyData, OnPolicyData
 from lit_marl.errors import ConfigError
 from lit_marl.models import Gru, Lstm, Mlp, ModelInputs
 from lit_marl.models.recurrent import sequence_mode
@@ -113,8 +112,8 @@ def test_minibatches_are_whole_chunks_in_time_order():
     model = MAPPO(CueMemoryTask(length=4), actor_model=Gru(hidden_size=8), critic_model=Mlp(num_cells=[8]),
                   frames_per_batch=64, num_envs=8, minibatch_size=16, n_minibatch_iters=2, sequence_length=4,
                   evaluation_episodes=2)
-    batches = list(OnPolicyData(model))
-    assert len(batches) == model.minibatches_per_iteration == 2 * (64 // 16)
+    batches = list(model.loop)
+    assert len(batches) == len(model.loop) == 2 * (64 // 16)
     for batch in batches:
         assert batch.batch_size == (4, 4)  # 4 chunks of 4 steps
         progress = batch["agents", "observation"][..., 0, 1]
@@ -200,7 +199,7 @@ def test_sequence_slices_stay_in_one_episode_and_burn_in_refreshes_the_state():
     model = IQL(tiny_task(continuous_actions=False, max_steps=6), actor_model=Gru(hidden_size=8),
                 frames_per_batch=48, num_envs=4, n_optimizer_steps=3, train_batch_size=8, memory_size=1000,
                 sequence_length=2, burn_in=3, evaluation_episodes=2)
-    batches = list(OffPolicyData(model))
+    batches = list(model.loop)
     assert len(batches) == 3 and batches[0].batch_size == (4, 5)  # 8 // 2 slices of burn-in 3 + 2 steps
     sample = batches[0]["agents"]
     episode = sample["collector", "traj_ids"]

@@ -96,14 +96,15 @@ def test_a_plain_trainer_gets_the_algorithms_own_callbacks(tmp_path):
 def test_on_policy_minibatches_are_the_shuffled_frames_of_one_permutation_per_epoch():
     from types import SimpleNamespace
 
-    from lit_marl.data import OnPolicyData
+    from lit_marl.data import shuffled_minibatches, training_batch
 
     frames = TensorDict({"x": torch.arange(12.0)}, batch_size=[12])
-    source = SimpleNamespace(device=torch.device("cpu"), world_size=1, n_minibatch_iters=2, minibatch_size=4,
-                             chunk_length=None, minibatches_per_iteration=6, collect_batch=lambda: frames.clone(),
-                             process_batch=lambda b: b, training_keys=lambda: ["x"], mark_training_start=lambda: None)
+    source = SimpleNamespace(device=torch.device("cpu"), world_size=1, chunk_length=None,
+                             collect_batch=lambda: frames.clone(), process_batch=lambda b: b,
+                             training_keys=lambda: ["x"], mark_training_start=lambda: None)
     torch.manual_seed(3)
-    minibatches = [mb.get("x") for mb in OnPolicyData(source)]
+    batch, size = training_batch(source, minibatch_size=4)
+    minibatches = [mb.get("x") for mb in shuffled_minibatches(batch, 2, size)]
     torch.manual_seed(3)
     orders = [torch.randperm(12) for _ in range(2)]
     expected = [order[i:i + 4].float() for order in orders for i in range(0, 12, 4)]

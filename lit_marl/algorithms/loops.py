@@ -1,0 +1,287 @@
+"""How a run trains on what it collects: the loop object it holds (one Lightning epoch is one iteration).
+
+A learner names the loop it needs (:attr:`~lit_marl.algorithms.learner.GroupLearner.loop`, and
+``sequential_agents`` where its agents train one after another); the run builds that loop once, with its sizes
+(arguments of the algorithm, declared here: ``n_minibatch_iters`` and ``minibatch_size`` on-policy,
+``n_optimizer_steps`` and ``train_batch_size`` off-policy), and hands it to Lightning as the training data. A loop is
+a sized iterable of one iteration's minibatches: its length tells Lightning where the epoch ends, so it never fetches
+(and so never collects) ahead of the last step.
+
+:class:`SequentialAgents` wraps an on-policy loop for HAPPO and HATRPO (Kuba et al., 2022): a fresh random order of
+the agents each iteration, each agent's turn on the advantage times the factor of the earlier agents' ratios, the
+critic last. The order, the factor and the phase live in it; each minibatch carries its phase (:func:`phase_of`) to
+the learners, which read nothing the loop set on them.
+"""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from tensordict import TensorDictBase
+from typing_extensions import override
+
+from lit_marl.data.off_policy import replay_minibatches
+from lit_marl.data.on_policy import shuffled_minibatches, training_batch
+from lit_marl.errors import ConfigError, check_types, positive_int
+
+#: the batch entry HAPPO's factor (the product of the earlier agents' probability ratios) travels in
+FACTOR = "happo_factor"
+#: the minibatch entry a phase travels in (a non-tensor entry)
+PHASE = "phase"
+
+
+@dataclass(frozen=True)
+class Phase:
+    """What a minibatch of a sequential loop trains: ``actor`` — agent ``agent`` of ``group``; ``critic`` — every
+    group's critic."""
+
+    kind: str
+    group: str | None = None
+    agent: int | None = None
+
+
+CRITIC = Phase("critic")
+
+
+def phase_of(batch: TensorDictBase) -> Phase | None:
+    """The phase a minibatch carries (None outside a sequential loop)."""
+    return batch.get_non_tensor(PHASE) if PHASE in batch.keys() else None
+
+
+class TrainingLoop(ABC):
+    """One iteration's minibatches for the run that holds this loop; a subclass declares its sizes in ``__init__``
+    (they become arguments of every algorithm whose learner names it)."""
+
+    #: trains on the frames just collected (True) or on replay buffers (False)
+    on_policy: ClassVar[bool]
+
+    def __init__(self, run: Any) -> None:
+        #: the run (a :class:`~lit_marl.algorithms.MarlAlgorithm`) that holds this loop and collects for it
+        self.run = run
+
+    @property
+    @abstractmethod
+    def batch_size(self) -> int:
+        """Frames per minibatch (on-policy) or transitions per group per optimizer step (off-policy)."""
+
+    @property
+    @abstractmethod
+    def global_sizes(self) -> dict[str, int]:
+        """The minibatch size by its argument's name (DDP splits it over the processes)."""
+
+    def validate(self) -> None:
+        """Refuse sizes that do not fit the run's (before any learner is built)."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Optimizer steps per iteration."""
+
+    @abstractmethod
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        """Collect this iteration's frames (through the run), then yield its minibatches."""
+
+    def after_backward(self) -> None:
+        """Between backward and the optimizer step of each minibatch (a sequential loop keeps its phase's gradients)."""
+
+
+class OnPolicyLoop(TrainingLoop):
+    """Trains ``n_minibatch_iters`` epochs of shuffled minibatches of ``minibatch_size`` frames on the frames just
+    collected, then discards them (the PPO family).
+
+    Args:
+        n_minibatch_iters: passes (PPO epochs) over each collected batch.
+        minibatch_size: frames per minibatch (one optimizer step each).
+    """
+
+    on_policy: ClassVar[bool] = True
+
+    def __init__(self, run: Any, n_minibatch_iters: int = 45, minibatch_size: int = 400) -> None:
+        self.n_minibatch_iters = positive_int("n_minibatch_iters", n_minibatch_iters)
+        self.minibatch_size = positive_int("minibatch_size", minibatch_size)
+        super().__init__(run)
+
+    @property
+    @override
+    def batch_size(self) -> int:
+        return self.minibatch_size
+
+    @property
+    @override
+    def global_sizes(self) -> dict[str, int]:
+        return {"minibatch_size": self.minibatch_size}
+
+    @override
+    def validate(self) -> None:
+        frames = self.run.frames_per_batch
+        if self.minibatch_size > frames:
+            raise ConfigError(f"minibatch_size: {self.minibatch_size} is larger than frames_per_batch={frames}; "
+                              f"allowed: 1..{frames}")
+
+    def minibatches_per_epoch(self) -> int:
+        chunk = self.run.chunk_length
+        if chunk is None:
+            return self.run.frames_per_batch // self.minibatch_size
+        return (self.run.frames_per_batch // chunk) // (self.minibatch_size // chunk)
+
+    @override
+    def __len__(self) -> int:
+        return self.n_minibatch_iters * self.minibatches_per_epoch()
+
+    def prepare(self) -> tuple[TensorDictBase, int]:
+        """This iteration's processed frames and this process's minibatch size (:func:`training_batch`)."""
+        return training_batch(self.run, self.minibatch_size)
+
+    def minibatches(self, batch: TensorDictBase, size: int) -> Iterator[TensorDictBase]:
+        return shuffled_minibatches(batch, self.n_minibatch_iters, size)
+
+    @override
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        yield from self.minibatches(*self.prepare())
+
+
+class OffPolicyLoop(TrainingLoop):
+    """Adds each iteration's frames to every group's replay buffer, then trains ``n_optimizer_steps`` minibatches of
+    ``train_batch_size`` transitions per group sampled from them.
+
+    Args:
+        n_optimizer_steps: minibatches (optimizer steps) per iteration.
+        train_batch_size: transitions per group per minibatch.
+    """
+
+    on_policy: ClassVar[bool] = False
+
+    def __init__(self, run: Any, n_optimizer_steps: int = 1000, train_batch_size: int = 128) -> None:
+        self.n_optimizer_steps = positive_int("n_optimizer_steps", n_optimizer_steps)
+        self.train_batch_size = positive_int("train_batch_size", train_batch_size)
+        super().__init__(run)
+
+    @property
+    @override
+    def batch_size(self) -> int:
+        return self.train_batch_size
+
+    @property
+    @override
+    def global_sizes(self) -> dict[str, int]:
+        return {"train_batch_size": self.train_batch_size}
+
+    @override
+    def __len__(self) -> int:
+        return self.n_optimizer_steps
+
+    @override
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        yield from replay_minibatches(self.run, self.n_optimizer_steps, self.train_batch_size)
+
+
+class SequentialAgents(TrainingLoop):
+    """The agents of every group trained one after another (HAPPO's scheme) over an on-policy loop: the iteration's
+    batch as the inner loop prepares it, a fresh random order of all agents (torch's generator: a resumed run draws the
+    same orders), each agent's turn — the inner loop's minibatches, or one step on the whole batch where the learners
+    take ``whole_batch_turns`` (HATRPO) — after which the factor takes that agent's ratio; the critics last, on the
+    inner loop's minibatches. Between backward and the step only the phase's parameters keep their gradients."""
+
+    def __init__(self, inner: OnPolicyLoop, whole_batch_turns: bool = False) -> None:
+        if not isinstance(inner, OnPolicyLoop):
+            raise TypeError(f"SequentialAgents wraps an on-policy loop for now, not {type(inner).__name__}")
+        super().__init__(inner.run)
+        self.inner = inner
+        self.whole_batch_turns = whole_batch_turns
+        #: each iteration's order of the agents, as ``group/agent`` names
+        self.agent_orders: list[list[str]] = []
+        self._phase: Phase | None = None
+
+    on_policy = property(lambda self: self.inner.on_policy)
+
+    @property
+    @override
+    def batch_size(self) -> int:
+        return self.inner.batch_size
+
+    @property
+    @override
+    def global_sizes(self) -> dict[str, int]:
+        return self.inner.global_sizes
+
+    @override
+    def validate(self) -> None:
+        self.inner.validate()
+
+    def _agents(self) -> list[tuple[str, int]]:
+        return [(group, i) for group in self.run.groups for i in range(len(self.run.task.group_map[group]))]
+
+    @override
+    def __len__(self) -> int:
+        turn = 1 if self.whole_batch_turns else len(self.inner)
+        return len(self._agents()) * turn + len(self.inner)
+
+    @override
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        run = self.run
+        batch, size = self.inner.prepare()
+        batch.set(FACTOR, torch.ones(batch.shape[0], 1, device=batch.device))
+        agents = self._agents()
+        order = [agents[k] for k in torch.randperm(len(agents)).tolist()]
+        self.agent_orders.append([f"{group}/{run.task.group_map[group][i]}" for group, i in order])
+        for group, agent in order:
+            phase = Phase("actor", group, agent)
+            turn = [batch] if self.whole_batch_turns else self.inner.minibatches(batch, size)
+            for minibatch in turn:
+                yield self._carrying(minibatch, phase)
+            learner = run.learners[group]
+            with torch.no_grad():
+                ratio = (learner.agent_log_prob(batch, agent)
+                         - batch.get((group, "action_log_prob")).reshape(batch.shape[0], -1)[:, agent]).exp()
+            batch.set(FACTOR, batch.get(FACTOR) * ratio.unsqueeze(-1))
+        for minibatch in self.inner.minibatches(batch, size):
+            yield self._carrying(minibatch, CRITIC)
+        self._phase = None
+
+    def _carrying(self, minibatch: TensorDictBase, phase: Phase) -> TensorDictBase:
+        """The minibatch with its phase (a shallow copy: the loop's batch is not written)."""
+        self._phase = phase
+        carrying = minibatch.clone(recurse=False)
+        carrying.set_non_tensor(PHASE, phase)
+        return carrying
+
+    @override
+    def after_backward(self) -> None:
+        """Keep only the gradients of what this phase trains: a parameter without a gradient is left alone by Adam (no
+        step from its moments), so each agent's weights move only in its own turn."""
+        active = {id(p) for learner in self.run.learners.values() for p in learner.active_parameters(self._phase)}
+        for p in self.run.parameters():
+            if id(p) not in active:
+                p.grad = None
+
+
+def loop_sizes(loop: type[TrainingLoop]) -> list[str]:
+    """The arguments that size ``loop`` (those of its ``__init__`` after the run)."""
+    return [name for name in inspect.signature(loop.__init__).parameters if name not in ("self", "run")]
+
+
+def loop_kind(learner: type) -> tuple[type[TrainingLoop], bool, bool]:
+    """What makes two learners' loops one: the loop class, agents one after another, whole-batch turns."""
+    return (learner.loop, bool(getattr(learner, "sequential_agents", False)),
+            bool(getattr(learner, "whole_batch_turns", False)))
+
+
+def loop_name(learner: type) -> str:
+    """How ``learner``'s loop reads in a message."""
+    loop, sequential, whole_batch = loop_kind(learner)
+    name = "on-policy" if loop.on_policy else "off-policy"
+    if sequential:
+        return f"agents one after another{' (one step each on the whole batch)' if whole_batch else ''}, {name}"
+    return name
+
+
+def build_loop(run: Any, learner: type, sizes: dict[str, Any]) -> TrainingLoop:
+    """The loop ``learner`` (a class) names, sized by ``sizes`` (refused by name where of the wrong type)."""
+    loop, sequential, whole_batch = loop_kind(learner)
+    check_types(loop.__init__, sizes)
+    inner = loop(run, **sizes)
+    return SequentialAgents(inner, whole_batch) if sequential else inner
