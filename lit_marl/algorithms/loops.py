@@ -5,7 +5,9 @@ A learner names the loop it needs (:attr:`~lit_marl.algorithms.learner.GroupLear
 (arguments of the algorithm, declared here: ``n_minibatch_iters`` and ``minibatch_size`` on-policy,
 ``n_optimizer_steps`` and ``train_batch_size`` off-policy), and hands it to Lightning as the training data. A loop is
 a sized iterable of one iteration's minibatches: its length tells Lightning where the epoch ends, so it never fetches
-(and so never collects) ahead of the last step.
+(and so never collects) ahead of the last step. What it iterates is at the end of this module: the on-policy training
+batch and its shuffled minibatches (:func:`training_batch`, :func:`shuffled_minibatches`), the replay buffers' samples
+(:func:`replay_minibatches`).
 
 :class:`SequentialAgents` wraps an on-policy loop for HAPPO and HATRPO (Kuba et al., 2022): a fresh random order of
 the agents each iteration, each agent's turn on the advantage times the factor of the earlier agents' ratios, the
@@ -19,14 +21,13 @@ import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data import TensorDictReplayBuffer
 from typing_extensions import override
 
-from lit_marl.data.off_policy import replay_minibatches
-from lit_marl.data.on_policy import shuffled_minibatches, training_batch
 from lit_marl.errors import ConfigError, check_types, positive_int
 
 #: the batch entry HAPPO's factor (the product of the earlier agents' probability ratios) travels in
@@ -257,6 +258,89 @@ class SequentialAgents(TrainingLoop):
         for p in self.run.parameters():
             if id(p) not in active:
                 p.grad = None
+
+
+# ------------------------------------------------------------------ the data the loops iterate (DESIGN.md §2)
+class OnPolicySource(Protocol):
+    """What :func:`training_batch` reads of the run it collects for (a ``MarlAlgorithm``)."""
+
+    device: torch.device
+    world_size: int
+    chunk_length: int | None
+
+    def collect_batch(self) -> TensorDictBase: ...
+    def process_batch(self, batch: TensorDictBase) -> TensorDictBase: ...
+    def training_keys(self) -> list: ...
+    def mark_training_start(self) -> None: ...
+
+
+def training_batch(run: OnPolicySource, minibatch_size: int) -> tuple[TensorDictBase, int]:
+    """This iteration's frames, collected and processed (without grad), reduced to the training keys and flattened
+    (with recurrent networks: cut into trajectory chunks ``[chunks, chunk_length]``, in time order), on the training
+    device; and this process's minibatch size (in frames, or in chunks)."""
+    batch = run.collect_batch()
+    with torch.no_grad():
+        batch = run.process_batch(batch)
+    batch = batch.select(*run.training_keys(), strict=False)
+    if run.chunk_length is not None:
+        batch = batch.reshape(-1, run.chunk_length).to(run.device)
+        size = minibatch_size // run.world_size // run.chunk_length
+    else:
+        batch = batch.reshape(-1).to(run.device)
+        size = minibatch_size // run.world_size  # DDP: each process's share of the global minibatch
+    run.mark_training_start()
+    return batch, size
+
+
+def shuffled_minibatches(batch: TensorDictBase, epochs: int, size: int) -> Iterator[TensorDictBase]:
+    """``epochs`` passes over ``batch`` (its first dim) in shuffled minibatches of ``size`` (a remainder is left out)."""
+    n = batch.shape[0]
+    for _ in range(epochs):
+        # one gather per epoch; each minibatch is a view of it (the same minibatches as a gather per step)
+        shuffled = batch[torch.randperm(n, device=batch.device)]
+        for start in range(0, n - size + 1, size):
+            yield shuffled[start : start + size]
+
+
+class OffPolicySource(Protocol):
+    """What :func:`replay_minibatches` reads of the run it collects for (a ``MarlAlgorithm``)."""
+
+    device: torch.device
+    world_size: int
+    chunk_length: int | None
+    burn_in: int
+
+    def collect_batch(self) -> TensorDictBase: ...
+    def process_batch(self, batch: TensorDictBase) -> TensorDictBase: ...
+    def replay_buffers(self) -> dict[str, TensorDictReplayBuffer]: ...
+    def group_keys(self, group: str) -> list: ...
+    def mark_training_start(self) -> None: ...
+
+
+def replay_minibatches(run: OffPolicySource, steps: int, batch_size: int) -> Iterator[TensorDictBase]:
+    """Collect ``frames_per_batch`` frames, add each group's part to that group's replay buffer, then yield ``steps``
+    minibatches ``{group: sample}`` of ``batch_size`` transitions each (with a recurrent policy: slices of
+    ``burn_in + chunk_length`` consecutive steps)."""
+    batch = run.collect_batch()
+    with torch.no_grad():
+        batch = run.process_batch(batch)
+    buffers = run.replay_buffers()
+    for group, buffer in buffers.items():
+        buffer.extend(batch.select(*run.group_keys(group), strict=False).reshape(-1))
+    run.mark_training_start()
+    size = batch_size // run.world_size  # DDP: each process's share of the global minibatch
+    if run.chunk_length is None:
+        for _ in range(steps):
+            samples = {group: buffer.sample(size).to(run.device) for group, buffer in buffers.items()}
+            yield TensorDict(samples, batch_size=[size], device=run.device)
+        return
+    # recurrent policy: [slices, burn_in + chunk_length] of consecutive steps
+    span = run.burn_in + run.chunk_length
+    slices = max(1, size // run.chunk_length)
+    for _ in range(steps):
+        samples = {group: buffer.sample(slices * span).reshape(slices, span).to(run.device)
+                   for group, buffer in buffers.items()}
+        yield TensorDict(samples, batch_size=[slices, span], device=run.device)
 
 
 def loop_sizes(loop: type[TrainingLoop]) -> list[str]:

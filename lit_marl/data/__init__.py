@@ -1,9 +1,8 @@
-"""How frames reach a training step: collection, the training batch and its minibatches, evaluation batches."""
+"""How frames reach a training step: collection (the Sampler), replay buffers and evaluation batches (the training
+loops that cut them into minibatches are in :mod:`lit_marl.algorithms.loops`)."""
 
 from lit_marl.data.collection import Sampler
 from lit_marl.data.evaluation import EvaluationBatches
-from lit_marl.data.off_policy import replay_minibatches
-from lit_marl.data.on_policy import shuffled_minibatches, training_batch
 from lit_marl.data.replay import TensorPrioritizedSampler
 
-__all__ = ["training_batch", "shuffled_minibatches", "replay_minibatches", "Sampler", "EvaluationBatches", "TensorPrioritizedSampler"]
+__all__ = ["Sampler", "EvaluationBatches", "TensorPrioritizedSampler"]

@@ -96,7 +96,7 @@ def test_a_plain_trainer_gets_the_algorithms_own_callbacks(tmp_path):
 def test_on_policy_minibatches_are_the_shuffled_frames_of_one_permutation_per_epoch():
     from types import SimpleNamespace
 
-    from lit_marl.data import shuffled_minibatches, training_batch
+    from lit_marl.algorithms.loops import shuffled_minibatches, training_batch
 
     frames = TensorDict({"x": torch.arange(12.0)}, batch_size=[12])
     source = SimpleNamespace(device=torch.device("cpu"), world_size=1, chunk_length=None,
