@@ -42,7 +42,7 @@ def _ways(algorithm: str, num_envs: int, steps: int, batched_resets: bool = True
     task = VmasTask("balance", max_steps=100, scenario_kwargs=SCENARIO_KWARGS, batched_resets=batched_resets)
     cls = MAPPO if algorithm == "mappo" else MADDPG
     model = cls(task, frames_per_batch=num_envs * steps, num_envs=num_envs, seed=0)
-    sampler = model._get_sampler()
+    sampler = model.collection.get_sampler()
     env, policy = sampler.env, sampler.collector.policy
     carried = env.reset()  # the hand loop continues its episodes across rounds, as the Collector does
 

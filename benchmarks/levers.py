@@ -49,7 +49,7 @@ def _set_lean(model: nn.Module, lean: bool) -> None:
 
 
 def _minibatches(model, algorithm: str, gather: bool, count: int):
-    batch = model.collect_batch()
+    batch = model.collection.collect()
     if algorithm == "mappo":
         with torch.no_grad():
             flat = model.process_batch(batch).select(*model.training_keys(), strict=False).reshape(-1)
@@ -115,7 +115,7 @@ def main() -> None:
         result["compile"] = statistics.median(
             _time_steps(model, adam[True], batches[False], args.steps) for _ in range(args.rounds))
     # collection's policy forward, [10 envs, 4 agents]
-    policy, data = model.policy_for_collection(), model.collect_batch()[:, 0].clone()
+    policy, data = model.collection.policy(), model.collection.collect()[:, 0].clone()
     for lean in (True, False):
         _set_lean(model, lean)
         with torch.no_grad():

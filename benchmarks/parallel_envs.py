@@ -80,7 +80,7 @@ def config_frames_per_second(config: Path, workers: int, iterations: int) -> flo
     module, _, name = model_config["class_path"].rpartition(".")
     cls = getattr(importlib.import_module(module), name)
     model = cls(**init_args)
-    return timed_collection(model._get_sampler(), model.frames_per_batch, iterations)
+    return timed_collection(model.collection.get_sampler(), model.frames_per_batch, iterations)
 
 
 def main() -> None:

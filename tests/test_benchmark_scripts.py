@@ -136,7 +136,9 @@ def test_the_one_stream_arm_seeds_the_training_envs_once(entry, tmp_path, monkey
     if entry == "one_stream":
         spec = importlib.util.spec_from_file_location("one_stream", ROOT / "benchmarks" / "vs_benchmarl" /
                                                       "one_stream.py")
-        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.install()
     seeded = []
     derived = collection.derived_seed
     monkeypatch.setattr(collection, "derived_seed", lambda seed, rank, iteration: seeded.append(iteration) or
@@ -144,3 +146,17 @@ def test_the_one_stream_arm_seeds_the_training_envs_once(entry, tmp_path, monkey
     model = MAPPO(task=tiny_task(), **tiny_kwargs())
     tiny_trainer(tmp_path, max_epochs=3, check_val_every_n_epoch=100).fit(model)
     assert seeded == ([0, 1, 2] if entry == "shipped" else [0])
+
+
+def test_the_reseeding_table_compares_the_two_arms_over_seeds(tmp_path, monkeypatch):
+    reseeding = _script("reseeding")
+    monkeypatch.setattr(reseeding, "OUT", tmp_path)
+    for arm, finals in (("shipped", [1.0, 2.0, 3.0]), ("one_stream", [2.0, 3.0, 4.0])):
+        for seed, after in enumerate(finals):
+            (tmp_path / f"qmix_{arm}_seed{seed}.json").write_text(json.dumps(
+                {"algorithm": "qmix", "seed": seed, "arm": arm, "before": -1.0, "after": after, "iterations": 18,
+                 "reseeded_iterations": list(range(18 if arm == "shipped" else 1))}))
+    result = reseeding.main(["table", "--algorithm", "qmix"])
+    assert result["shipped"]["reseeds"] == [18, 18, 18] and result["one_stream"]["reseeds"] == [1, 1, 1]
+    assert result["difference"]["mean_difference"]["value"] == pytest.approx(1.0)
+    assert json.loads((tmp_path / "qmix_table.json").read_text())["one_stream"]["after"] == [2.0, 3.0, 4.0]

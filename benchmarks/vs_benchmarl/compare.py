@@ -179,7 +179,7 @@ def compare(algorithm: str, max_frames: int) -> Checks:
         observations = unflatten(ref["observations"], batch_dims=1)
         torch.manual_seed(ACTION_SEED)
         with set_exploration_type(ExplorationType.RANDOM), torch.no_grad():
-            acted = model.policy_for_collection()(observations.clone())
+            acted = model.collection.policy()(observations.clone())
         checks.close("exploration: actions of the collection policy", acted.get((GROUP, "action")),
                      ref["collection_actions"])
 

@@ -31,7 +31,11 @@ def collect_on_one_stream(self: Sampler, iteration: int):
     return _collect(self, iteration)
 
 
-Sampler.collect = collect_on_one_stream
+def install() -> None:
+    """From now on every Sampler of this process seeds its environments once (undo: ``Sampler.collect = _collect``)."""
+    Sampler.collect = collect_on_one_stream
+
 
 if __name__ == "__main__":
+    install()
     main()

@@ -34,7 +34,8 @@ from typing_extensions import override
 
 from lit_marl.algorithms.arguments import build_learner, compose
 from lit_marl.algorithms.clipping import clip_per_loss
-from lit_marl.algorithms.collection import CollectionLoop
+from lit_marl.algorithms.collection import Collection
+from lit_marl.algorithms.evaluation import EvaluationLoops
 from lit_marl.algorithms.learner import GroupLearner, RunFacts
 from lit_marl.algorithms.loops import TrainingLoop, build_loop, loop_sizes
 from lit_marl.algorithms.registry import register
@@ -42,7 +43,6 @@ from lit_marl.callbacks import FrameBudget, MetricsFileRepair, NumericalFaultPol
 from lit_marl.callbacks.numerics import NAN_POLICIES
 from lit_marl.checkpoint import (AtomicCheckpointIO, buffers_meta, check_compatible, checked_meta, migrate_state_dict,
                                  rank_buffers, read_checkpoint, run_meta, save_buffers_per_process)
-from lit_marl.data import Sampler
 from lit_marl.data.evaluator import Evaluator
 from lit_marl.data.replay import group_buffers
 from lit_marl.distributed import check_shares, check_strategy, reduce_means
@@ -53,7 +53,7 @@ from lit_marl.lightning_adapter import attached_trainer, logged_step
 from lit_marl.utils import Configurable, deepcopy_keeping_shared_tensors, instantiate
 
 
-class MarlAlgorithm(CollectionLoop, ABC):
+class MarlAlgorithm(EvaluationLoops, ABC):
     """Base of every lit-marl algorithm: the run, holding one learner per agent group.
 
     Args:
@@ -177,12 +177,12 @@ class MarlAlgorithm(CollectionLoop, ABC):
             learner.compile_objective = self.compile_losses
 
         # Runtime state: plain attributes (not submodules), rebuilt lazily.
-        self._sampler: Sampler | None = None
+        #: the training envs and one batch of frames per iteration (:class:`~lit_marl.algorithms.collection.Collection`)
+        self.collection = Collection(self)
         self._evaluator: Evaluator | None = None
         self._restored: dict[str, Any] | None = None
         self._epoch_metrics: dict[str, list[torch.Tensor]] = defaultdict(list)
         self._eval_rollouts: list[TensorDictBase] = []
-        self._timer: dict[str, float] = {}
         self._replay_buffer_map: dict[str, TensorDictReplayBuffer] | None = None
         #: the last iteration's training row as logged: ``{"step", "epoch", "metrics"}`` (checkpoints carry it)
         self.iteration_row: dict[str, Any] | None = None
@@ -246,18 +246,10 @@ class MarlAlgorithm(CollectionLoop, ABC):
         """Keys of a processed batch that training reads (the rest is dropped before minibatching)."""
         return list(dict.fromkeys(key for learner in self.learners.values() for key in learner.training_keys()))
 
-    def group_keys(self, group: str) -> list:
-        """Off-policy: what ``group``'s replay buffer stores."""
-        return self.learners[group].training_keys()
-
     @property
     def chunk_length(self) -> int | None:
         """Steps per training slice where the learners train on sequences (the same in every group); else None."""
         return next(iter(self.learners.values())).chunk_length
-
-    @property
-    def burn_in(self) -> int:
-        return getattr(next(iter(self.learners.values())), "burn_in", 0)
 
     # ------------------------------------------------------------------ policies
     @property
@@ -274,7 +266,7 @@ class MarlAlgorithm(CollectionLoop, ABC):
         if self._replay_buffer_map is None:
             trainer = attached_trainer(self)
             root = (trainer.log_dir or trainer.default_root_dir) if trainer is not None else tempfile.mkdtemp()
-            restored = self._restored.pop("replay_buffers", None) if self._restored is not None else None
+            restored = self.restored("replay_buffers")
             shapes = {g: learner.replay_shape() for g, learner in self.learners.items() if not learner.on_policy}
             self._replay_buffer_map = group_buffers(shapes, self.device, Path(root) / "replay_buffers", restored)
         return self._replay_buffer_map
@@ -349,10 +341,6 @@ class MarlAlgorithm(CollectionLoop, ABC):
             self.record(name, value)
         return total
 
-    def _numerical_fault(self, what: str, batch_idx: int) -> bool:
-        """A NaN/Inf in this optimizer step: True to skip it, else NumericalError (:class:`NumericalFaultPolicy`)."""
-        return self._faults.fault(self, what, batch_idx)
-
     @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
         """One Adam over every group's parameter groups (``<group>/<role>``), each with its learner's ``lr`` and
@@ -373,6 +361,13 @@ class MarlAlgorithm(CollectionLoop, ABC):
     def on_after_backward(self) -> None:
         self.loop.after_backward()
 
+    def on_batch_collected(self, batch: TensorDictBase) -> None:
+        """Hook: called with every collected batch (override in a subclass)."""
+
+    def restored(self, key: str) -> Any:
+        """What the checkpoint this run resumes from restored for ``key`` (``rng``, ``replay_buffers``), once."""
+        return self._restored.pop(key, None) if self._restored is not None else None
+
     @override
     def on_train_batch_end(self, outputs: Any, batch: TensorDictBase, batch_idx: int) -> None:
         """After each optimizer step taken: each learner's per-step work (target networks), and the new priorities of
@@ -389,7 +384,7 @@ class MarlAlgorithm(CollectionLoop, ABC):
         """Clip the parameters of each loss on their own (each learner's ``clip_group``: each role, or QMIX's Q-network
         and mixer together), as BenchMARL does, and log the pre-clipping norm of each."""
         def skip(what: str) -> bool:
-            return self._numerical_fault(what, self.trainer.fit_loop.epoch_loop.batch_idx)
+            return self._faults.fault(self, what, self.trainer.fit_loop.epoch_loop.batch_idx)  # NaN policy
 
         for name, norm in clip_per_loss(optimizer, gradient_clip_val, gradient_clip_algorithm, skip).items():
             self.record(f"train/{name}/grad_norm", norm)
@@ -403,10 +398,11 @@ class MarlAlgorithm(CollectionLoop, ABC):
     @override
     def on_train_epoch_end(self) -> None:
         now = time.perf_counter()
-        if "training_start" in self._timer:
-            self.record("timers/training_time", now - self._timer["training_start"])
-        if "iteration_start" in self._timer:
-            self.record("timers/iteration_time", now - self._timer["iteration_start"])
+        timer = self.collection.timer
+        if "training_start" in timer:
+            self.record("timers/training_time", now - timer["training_start"])
+        if "iteration_start" in timer:
+            self.record("timers/iteration_time", now - timer["iteration_start"])
         self.iteration += 1
         metrics = reduce_means(self._epoch_metrics)  # pooled over every DDP process
         self._epoch_metrics.clear()
@@ -418,6 +414,11 @@ class MarlAlgorithm(CollectionLoop, ABC):
         shown = {"counters/frames", "collection/reward/episode_reward_mean"}
         for name, value in metrics.items():
             self.log(name, value, on_step=False, on_epoch=True, prog_bar=name in shown, sync_dist=False)
+
+    @override
+    def teardown(self, stage: str) -> None:
+        self.collection.close()
+        super().teardown(stage)
 
     # ------------------------------------------------------------------ checkpoints
     @override

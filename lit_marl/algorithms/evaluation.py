@@ -4,8 +4,8 @@
 envs every rollout steps (the task's plus :meth:`EvaluationLoops.env_transforms`), hands rollouts to the
 :class:`~lit_marl.data.evaluator.Evaluator` (which owns the evaluation envs, seeds and the first-episode mask) and logs
 ``val/…`` / ``test/…`` returns. It reads what :class:`MarlAlgorithm` sets: ``task``, ``groups``, ``policy``,
-``policies``, ``critics``, ``sampling_device``, ``rank``, ``world_size`` and the ``evaluation_*`` / ``test_*``
-arguments.
+``policies``, ``critics``, ``sampling_device`` and the ``evaluation_*`` / ``test_*`` arguments; it says which process
+this is (``rank``) of how many (``world_size``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing_extensions import override
 from lit_marl.callbacks import call_marl_hook
 from lit_marl.data import EvaluationBatches
 from lit_marl.data.evaluator import Evaluator, episode_returns
+from lit_marl.distributed import world_size_of
 from lit_marl.errors import ConfigError, positive_int
 from lit_marl.lightning_adapter import attached_trainer
 from lit_marl.models.recurrent import recurrent_state_specs
@@ -66,6 +67,15 @@ class EvaluationLoops(pl.LightningModule):
 
     def on_evaluation_end(self, episodes: list[TensorDictBase]) -> None:
         """Hook: called with every evaluation's rollouts (override in a subclass)."""
+
+    @property
+    def rank(self) -> int:
+        return self.trainer.global_rank if attached_trainer(self) is not None else 0
+
+    @property
+    def world_size(self) -> int:
+        """Processes sharing the global sizes (``num_envs``, ``frames_per_batch``, minibatches, episodes)."""
+        return world_size_of(attached_trainer(self))
 
     @property
     def env_device(self) -> torch.device:

@@ -17,6 +17,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch.distributions import Categorical, Normal, kl_divergence
 from typing_extensions import override
 
+from lit_marl.algorithms.base import MarlAlgorithm
 from lit_marl.algorithms.happo import HAPPO, SequentialPPO
 from lit_marl.algorithms.loops import FACTOR
 from lit_marl.algorithms.trust_region import trust_region_step
@@ -87,9 +88,11 @@ class TrustRegionPPO(SequentialPPO):
                            "step_fraction": torch.tensor(result.step_fraction)}, batch_size=[])
 
 
-class HATRPO(HAPPO):
+class HATRPO(MarlAlgorithm):
     """Heterogeneous-agent TRPO (see the module docstring): HAPPO's order, factor and critic, each agent's policy moved
     by one trust-region step on the whole batch."""
 
     algorithm_name: ClassVar[str] = "hatrpo"
     learner_class = TrustRegionPPO
+    learner_settings: ClassVar[dict[str, Any]] = HAPPO.learner_settings
+    agent_orders = HAPPO.agent_orders

@@ -261,24 +261,30 @@ class SequentialAgents(TrainingLoop):
 
 
 # ------------------------------------------------------------------ the data the loops iterate (DESIGN.md §2)
+class Collects(Protocol):
+    """The run's collection (:class:`~lit_marl.algorithms.collection.Collection`) as the loops use it."""
+
+    def collect(self) -> TensorDictBase: ...
+    def mark_training_start(self) -> None: ...
+
+
 class OnPolicySource(Protocol):
     """What :func:`training_batch` reads of the run it collects for (a ``MarlAlgorithm``)."""
 
     device: torch.device
     world_size: int
     chunk_length: int | None
+    collection: Collects
 
-    def collect_batch(self) -> TensorDictBase: ...
     def process_batch(self, batch: TensorDictBase) -> TensorDictBase: ...
     def training_keys(self) -> list: ...
-    def mark_training_start(self) -> None: ...
 
 
 def training_batch(run: OnPolicySource, minibatch_size: int) -> tuple[TensorDictBase, int]:
     """This iteration's frames, collected and processed (without grad), reduced to the training keys and flattened
     (with recurrent networks: cut into trajectory chunks ``[chunks, chunk_length]``, in time order), on the training
     device; and this process's minibatch size (in frames, or in chunks)."""
-    batch = run.collect_batch()
+    batch = run.collection.collect()
     with torch.no_grad():
         batch = run.process_batch(batch)
     batch = batch.select(*run.training_keys(), strict=False)
@@ -288,7 +294,7 @@ def training_batch(run: OnPolicySource, minibatch_size: int) -> tuple[TensorDict
     else:
         batch = batch.reshape(-1).to(run.device)
         size = minibatch_size // run.world_size  # DDP: each process's share of the global minibatch
-    run.mark_training_start()
+    run.collection.mark_training_start()
     return batch, size
 
 
@@ -308,26 +314,24 @@ class OffPolicySource(Protocol):
     device: torch.device
     world_size: int
     chunk_length: int | None
-    burn_in: int
+    collection: Collects
+    learners: Any  # by group: each has training_keys() (what its buffer stores) and burn_in (recurrent slices)
 
-    def collect_batch(self) -> TensorDictBase: ...
     def process_batch(self, batch: TensorDictBase) -> TensorDictBase: ...
     def replay_buffers(self) -> dict[str, TensorDictReplayBuffer]: ...
-    def group_keys(self, group: str) -> list: ...
-    def mark_training_start(self) -> None: ...
 
 
 def replay_minibatches(run: OffPolicySource, steps: int, batch_size: int) -> Iterator[TensorDictBase]:
     """Collect ``frames_per_batch`` frames, add each group's part to that group's replay buffer, then yield ``steps``
     minibatches ``{group: sample}`` of ``batch_size`` transitions each (with a recurrent policy: slices of
     ``burn_in + chunk_length`` consecutive steps)."""
-    batch = run.collect_batch()
+    batch = run.collection.collect()
     with torch.no_grad():
         batch = run.process_batch(batch)
     buffers = run.replay_buffers()
     for group, buffer in buffers.items():
-        buffer.extend(batch.select(*run.group_keys(group), strict=False).reshape(-1))
-    run.mark_training_start()
+        buffer.extend(batch.select(*run.learners[group].training_keys(), strict=False).reshape(-1))
+    run.collection.mark_training_start()
     size = batch_size // run.world_size  # DDP: each process's share of the global minibatch
     if run.chunk_length is None:
         for _ in range(steps):
@@ -335,7 +339,7 @@ def replay_minibatches(run: OffPolicySource, steps: int, batch_size: int) -> Ite
             yield TensorDict(samples, batch_size=[size], device=run.device)
         return
     # recurrent policy: [slices, burn_in + chunk_length] of consecutive steps
-    span = run.burn_in + run.chunk_length
+    span = getattr(next(iter(run.learners.values())), "burn_in", 0) + run.chunk_length
     slices = max(1, size // run.chunk_length)
     for _ in range(steps):
         samples = {group: buffer.sample(slices * span).reshape(slices, span).to(run.device)

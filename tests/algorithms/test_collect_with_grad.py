@@ -20,7 +20,7 @@ def _captured_batch(collect_with_grad: bool):
     model = MAPPO(tiny_task(), **tiny_kwargs(collect_with_grad=collect_with_grad))
     seen = []
     model.on_batch_collected = seen.append  # the hook every callback's on_batch_collected follows
-    trained_on = model.collect_batch()
+    trained_on = model.collection.collect()
     model.teardown("fit")
     return model, seen[0], trained_on
 

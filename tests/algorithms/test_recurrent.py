@@ -52,7 +52,7 @@ def test_collected_hidden_states_restart_at_every_episode(tmp_path):
     model = MAPPO(tiny_task(max_steps=5), **tiny_kwargs(actor_model=Gru(hidden_size=8), critic_model=Lstm(hidden_size=8)))
     env = model.make_env(4, seed=0)
     with torch.no_grad():
-        rollout = env.rollout(13, policy=model.policy_for_collection(), break_when_any_done=False)
+        rollout = env.rollout(13, policy=model.collection.policy(), break_when_any_done=False)
     starts = rollout["is_init"][..., 0]
     assert starts[:, [0, 5, 10]].all() and starts.sum() == 4 * 3
     for key in ("loc_hidden", "state_value_hidden", "state_value_cell"):  # actor's and critic's states

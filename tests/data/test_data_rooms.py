@@ -99,9 +99,9 @@ def test_on_policy_minibatches_are_the_shuffled_frames_of_one_permutation_per_ep
     from lit_marl.algorithms.loops import shuffled_minibatches, training_batch
 
     frames = TensorDict({"x": torch.arange(12.0)}, batch_size=[12])
-    source = SimpleNamespace(device=torch.device("cpu"), world_size=1, chunk_length=None,
-                             collect_batch=lambda: frames.clone(), process_batch=lambda b: b,
-                             training_keys=lambda: ["x"], mark_training_start=lambda: None)
+    collection = SimpleNamespace(collect=lambda: frames.clone(), mark_training_start=lambda: None)
+    source = SimpleNamespace(device=torch.device("cpu"), world_size=1, chunk_length=None, collection=collection,
+                             process_batch=lambda b: b, training_keys=lambda: ["x"])
     torch.manual_seed(3)
     batch, size = training_batch(source, minibatch_size=4)
     minibatches = [mb.get("x") for mb in shuffled_minibatches(batch, 2, size)]

@@ -197,7 +197,7 @@ def test_a_collection_reads_one_tensor_on_the_host_per_batch(lit_marl_syncs):
     from tests.helpers.tiny import tiny_kwargs
 
     model = MAPPO(VmasTask("balance", max_steps=5, n_agents=2), **tiny_kwargs(frames_per_batch=4 * 12, num_envs=4))
-    sampler = model._get_sampler()
+    sampler = model.collection.get_sampler()
     sampler.collect(0)
     sampler.collect(1)
     lit_marl_syncs.clear()
