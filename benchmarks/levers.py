@@ -61,7 +61,7 @@ def _minibatches(model, algorithm: str, gather: bool, count: int):
     with torch.no_grad():
         batch = model.process_batch(batch)
     for group, buffer in model.replay_buffers().items():
-        buffer.extend(batch.select(*model.group_keys(group), strict=False).reshape(-1))
+        buffer.extend(batch.select(*model.learners[group].training_keys(), strict=False).reshape(-1))
     return lambda i: __import__("tensordict").TensorDict(
         {g: b.sample(128) for g, b in model.replay_buffers().items()}, batch_size=[128])
 

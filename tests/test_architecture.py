@@ -223,3 +223,38 @@ def test_the_override_check_sees_a_missing_decorator():
         def hook(self) -> None: ...
 
     assert _overridden_without_decorator(Forgets) == [f"{__name__}.{Forgets.__qualname__}.hook"]
+
+
+def _lit_marl_classes(cls: type, packages: tuple[str, ...] = ("lit_marl",)) -> list[str]:
+    """The classes of ``cls``'s order that ``packages`` define (a user's subclass counts where its package is named)."""
+    return [k.__name__ for k in cls.__mro__ if k.__module__.split(".")[0] in packages]
+
+
+def test_an_algorithm_is_a_run_of_at_most_three_classes_and_holds_its_loop_and_collection():
+    """Issue 35: how a run loops and collects are objects it holds (``run.loop``, ``run.collection``), named by its
+    learners, not layers of its class: at most 3 lit-marl classes in any algorithm's class order (learners apart), and
+    the sequential-agents algorithms define no Lightning hook of their own."""
+    import lightning.pytorch as pl
+
+    from lit_marl.algorithms.registry import algorithms_by_name
+
+    algorithms = algorithms_by_name()
+    assert {"mappo", "qmix", "happo", "hatrpo", "ensemble"} <= set(algorithms)
+    too_deep = {name: _lit_marl_classes(cls) for name, cls in algorithms.items() if len(_lit_marl_classes(cls)) > 3}
+    assert not too_deep, too_deep
+    for name in ("happo", "hatrpo"):
+        hooks = [m for m in vars(algorithms[name]) if m != "__init__" and callable(getattr(pl.LightningModule, m, None))]
+        assert not hooks, (name, hooks)
+
+
+def test_the_class_order_check_sees_a_run_layer():
+    from lit_marl.algorithms import MAPPO, MarlAlgorithm
+
+    class Layer(MarlAlgorithm):
+        pass
+
+    class Deep(Layer, MAPPO):
+        pass
+
+    assert _lit_marl_classes(Deep, ("lit_marl", "tests")) == ["Deep", "Layer", "MAPPO", "MarlAlgorithm",
+                                                              "EvaluationLoops"]

@@ -209,13 +209,14 @@ def test_a_sequential_agents_algorithm_beside_another_loop_is_refused_by_name(se
                  algorithms)
 
 
-def test_happo_in_every_group_trains_every_agent_in_one_order_across_the_groups(tmp_path):
+@pytest.mark.parametrize("sequential", ["HAPPO", "HATRPO"])
+def test_happo_in_every_group_trains_every_agent_in_one_order_across_the_groups(sequential, tmp_path):
     """Issue 35: the sequential-agents loop is the run's, not a learner's state: an ensemble whose groups all take
     HAPPO (each with its own arguments) trains every group's agents one after another, in one order per iteration
     drawn over all of them; every group's actor and critic move (who moves in which turn: tests/algorithms/
     test_happo.py)."""
-    algorithms = {"agent_0": {"class_path": "lit_marl.algorithms.HAPPO", "init_args": {"lr": 1e-3}},
-                  "agent_1": {"class_path": "lit_marl.algorithms.HAPPO", "init_args": {"lr": 3e-3}}}
+    algorithms = {"agent_0": {"class_path": f"lit_marl.algorithms.{sequential}", "init_args": {"lr": 1e-3}},
+                  "agent_1": {"class_path": f"lit_marl.algorithms.{sequential}", "init_args": {"lr": 3e-3}}}
     model = Ensemble(tiny_task("balance", scenario_kwargs={"n_agents": 2}, agent_groups="one_group_per_agent"),
                      algorithms, frames_per_batch=40, num_envs=4, n_minibatch_iters=2, minibatch_size=20,
                      evaluation_episodes=2)
@@ -223,7 +224,17 @@ def test_happo_in_every_group_trains_every_agent_in_one_order_across_the_groups(
     tiny_trainer(tmp_path, max_epochs=1, check_val_every_n_epoch=100).fit(model)
     (order,) = model.loop.agent_orders
     assert sorted(order) == ["agent_0/agent_0", "agent_1/agent_1"]
-    assert len(model.loop) == 2 * 2 * 2 + 2 * 2  # two agents' turns and the critics, 2 epochs of 2 minibatches each
+    # two agents' turns (HAPPO: 2 epochs of 2 minibatches each; HATRPO: one step on the whole batch), then the critics
+    assert len(model.loop) == (2 * 2 * 2 if sequential == "HAPPO" else 2) + 2 * 2
     for group, learner in model.learners.items():
-        moved = [not torch.equal(a, b) for a, b in zip(before[group], learner.parameters())]
-        assert all(moved), group  # its actor in its turn, its critic last
+        moved = {role: all(not torch.equal(before[group][i], p) for i, p in _indexed(learner, params))
+                 for role, params in learner.param_groups().items()}
+        assert moved["critic"], group  # last, on the critics' minibatches
+        if sequential == "HAPPO":  # HATRPO's line search may reject a step: its turn is checked in test_hatrpo.py
+            assert all(moved.values()), (group, moved)
+
+
+def _indexed(learner, params):
+    """``(index in learner.parameters(), parameter)`` of each of ``params``."""
+    index = {id(p): i for i, p in enumerate(learner.parameters())}
+    return [(index[id(p)], p) for p in params]

@@ -156,7 +156,7 @@ def test_masac_trains_both_groups_with_a_centralised_critic_of_the_state(tmp_pat
     task = PettingZooTask("simple_tag", max_steps=10)  # continuous
     model = MASAC(task, actor_model=Mlp([32]), critic_model=Mlp([32]), frames_per_batch=40, num_envs=4,
                   n_optimizer_steps=4, train_batch_size=16, memory_size=1000, evaluation_episodes=2, max_frames=80)
-    assert ("next", "state") in model.group_keys("adversary")  # the TD target reads the next state
+    assert ("next", "state") in model.learners["adversary"].training_keys()  # the TD target reads the next state
     tiny_trainer(tmp_path, max_epochs=2).fit(model)
     rows = _rows(tmp_path)
     assert any(r.get("train/adversary/loss_qvalue") for r in rows) and any(r.get("train/agent/loss_qvalue") for r in rows)
