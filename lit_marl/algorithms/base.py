@@ -319,7 +319,7 @@ class MarlAlgorithm(EvaluationLoops, ABC):
     @override
     def training_step(self, batch: TensorDictBase, batch_idx: int) -> torch.Tensor | None:
         for group, learner in self.learners.items():  # a learner that moves itself on this minibatch (HATRPO's actor)
-            if (done := learner.own_update(self.group_batch(batch, group))) is not None:
+            if (done := learner.own_update(batch)) is not None:
                 for name, value in done.items():
                     self.record(f"train/{group}/{name}", value)
                 return None  # no gradient step

@@ -180,9 +180,9 @@ class GroupLearner(nn.Module, ABC):
         return self.objective_fn()(batch)
 
     def own_update(self, batch: TensorDictBase) -> TensorDictBase | None:
-        """A learner that moves its weights itself on this minibatch, without a gradient step (HATRPO's trust-region
-        step), does it here and returns what to log; None (the default): the run takes a gradient step on
-        :meth:`loss`."""
+        """A learner that moves its weights itself on this minibatch (the run's, as the loop yielded it), without a
+        gradient step (HATRPO's trust-region step), does it here and returns what to log; None (the default): the run
+        takes a gradient step on :meth:`loss`."""
         return None
 
     def after_step(self, batch: TensorDictBase) -> torch.Tensor | None:
