@@ -11,7 +11,8 @@ from tests.helpers.tiny import ROOT
 
 os.environ.setdefault("PYTHONHASHSEED", "0")
 if "PYTEST_XDIST_WORKER" in os.environ and "OMP_NUM_THREADS" not in os.environ:
-    # pytest -n N: the workers share the cores (each test's numbers were measured with one torch thread per run)
+    # pytest -n N: the workers share the cores (each test's numbers were measured with one torch thread per run); set
+    # OMP_NUM_THREADS=1 as well (.ci/run does): OpenMP pools started before this line keep their size
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 # Subprocesses (``lit-marl …``) import lit_marl from this checkout too, not from wherever it was pip-installed from.
 os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
