@@ -239,10 +239,10 @@ def test_an_algorithm_is_a_run_of_at_most_three_classes_and_holds_its_loop_and_c
     from lit_marl.algorithms.registry import algorithms_by_name
 
     algorithms = algorithms_by_name()
-    assert {"mappo", "qmix", "happo", "hatrpo", "ensemble"} <= set(algorithms)
+    assert {"mappo", "qmix", "happo", "hatrpo", "hasac", "ensemble"} <= set(algorithms)
     too_deep = {name: _lit_marl_classes(cls) for name, cls in algorithms.items() if len(_lit_marl_classes(cls)) > 3}
     assert not too_deep, too_deep
-    for name in ("happo", "hatrpo"):
+    for name in ("happo", "hatrpo", "hasac"):
         hooks = [m for m in vars(algorithms[name]) if m != "__init__" and callable(getattr(pl.LightningModule, m, None))]
         assert not hooks, (name, hooks)
 

@@ -53,6 +53,12 @@ CONFIG_OVERRIDES = {
                                         "--model.init_args.train_batch_size", "16",
                                         "--model.init_args.evaluation_episodes", "1",
                                         "--model.init_args.task.init_args.max_steps", "10"],
+    # HASAC's 10-step windows hold each env's last 10 steps back: 2-step windows on these 10-step episodes
+    "hasac_mamujoco_halfcheetah.yaml": ["--model.init_args.frames_per_batch", "20", "--model.init_args.num_envs",
+                                        "2", "--model.init_args.init_random_frames", "0",
+                                        "--model.init_args.train_batch_size", "16", "--model.init_args.n_step", "2",
+                                        "--model.init_args.evaluation_episodes", "1",
+                                        "--model.init_args.task.init_args.max_steps", "10"],
     # seven players on a 144x192 map, 45 ms a step and 2 s a reset: one episode of 10 steps
     "ippo_meltingpot_commons_harvest.yaml": ["--model.init_args.frames_per_batch", "10",
                                              "--model.init_args.num_envs", "1", "--model.init_args.minibatch_size",

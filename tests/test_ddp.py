@@ -141,9 +141,9 @@ def test_every_algorithm_ends_an_iteration_with_one_set_of_weights_on_both_proce
     assert faults[0]["raised"].startswith("NumericalError: a loss term of another DDP process is NaN/Inf at "
                                           "iteration 1"), faults
     assert faults[0]["unchanged"] and faults[1]["unchanged"]
-    refused = {f"{name}/{policy}" for name in ("ensemble", "happo", "hatrpo", "iddpg", "ippo", "iql", "isac", "maddpg",
-                                               "mappo", "masac", "qmix", "vdn")
-               for policy in NAN_POLICIES if policy == "skip" or name in ("happo", "hatrpo")}
+    refused = {f"{name}/{policy}" for name in ("ensemble", "happo", "hasac", "hatrpo", "iddpg", "ippo", "iql", "isac",
+                                               "maddpg", "mappo", "masac", "qmix", "vdn")
+               for policy in NAN_POLICIES if policy == "skip" or name in ("happo", "hasac", "hatrpo")}
     trained = [run for run in first if run not in refused]
     for rank, record in enumerate((first, second)):
         assert {run for run in record if "refused" in record[run]} == refused
@@ -181,13 +181,14 @@ def test_sizes_that_do_not_split_over_the_processes_are_named():
 def test_happo_hatrpo_and_nan_policy_skip_are_refused_across_processes_by_name():
     """Issue 34: HAPPO and HATRPO draw their agent order per process and step no optimizer on some minibatches (DDP
     crashed on unused parameters, or on a training_step returning None); nan_policy skip returns None too."""
-    from lit_marl.algorithms import HAPPO, HATRPO
+    from lit_marl.algorithms import HAPPO, HASAC, HATRPO
+    from tests.helpers.tiny import ddpg_kwargs
 
     task = tiny_task("balance", scenario_kwargs={"n_agents": 3})
-    for cls, name in ((HAPPO, "HAPPO"), (HATRPO, "HATRPO")):
-        problems = shares(cls(task, **tiny_kwargs(num_envs=4, frames_per_batch=40, minibatch_size=20)), 2)
+    for cls, name, kwargs in ((HAPPO, "HAPPO", tiny_kwargs), (HATRPO, "HATRPO", tiny_kwargs), (HASAC, "HASAC", ddpg_kwargs)):
+        problems = shares(cls(task, **kwargs(num_envs=4, frames_per_batch=40)), 2)
         assert any(p.startswith(f"model: {name} trains one agent after another") for p in problems), problems
-        assert shares(cls(task, **tiny_kwargs()), 1) == []
+        assert shares(cls(task, **kwargs()), 1) == []
     skipping = MAPPO(tiny_task(), **tiny_kwargs(nan_policy="skip"))
     assert any(p.startswith("nan_policy: 'skip'") for p in shares(skipping, 2))
     assert not any(p.startswith("nan_policy") for p in shares(skipping, 2, "test"))

@@ -350,7 +350,7 @@ class MarlAlgorithm(EvaluationLoops, ABC):
             for role, params in learner.param_groups().items():
                 params = [p for p in params if p.requires_grad]
                 if params:
-                    groups.append({"params": params, "name": f"{group}/{role}", "lr": learner.lr,
+                    groups.append({"params": params, "name": f"{group}/{role}", "lr": learner.lr_of(role),
                                    "eps": learner.adam_eps, "clip": f"{group}/{learner.clip_group(role)}"})
         # the fused kernel updates every tensor of a group in one call (~0.6 ms less per step than the per-tensor
         # loop for MLPs 256-256 on a CPU core; the same update to within one float rounding)
@@ -372,7 +372,7 @@ class MarlAlgorithm(EvaluationLoops, ABC):
     def on_train_batch_end(self, outputs: Any, batch: TensorDictBase, batch_idx: int) -> None:
         """After each optimizer step taken: each learner's per-step work (target networks), and the new priorities of
         the transitions it sampled."""
-        if self.update_skipped:  # a non-finite step skipped under nan_policy=skip: its TD errors are not priorities
+        if self.update_skipped or not self.loop.closes_update(batch):  # a skipped step's TD errors are no priorities
             return
         for group, learner in self.learners.items():
             priorities = learner.after_step(batch.get(group) if not learner.on_policy else batch)

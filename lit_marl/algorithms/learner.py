@@ -120,6 +120,10 @@ class GroupLearner(nn.Module, ABC):
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         """Parameters by role (``actor``, ``critic``…); each becomes the optimizer group ``<group>/<role>``."""
 
+    def lr_of(self, role: str) -> float:
+        """The learning rate of ``role``'s parameters (``lr`` for every role unless a family sets its own)."""
+        return self.lr
+
     def clip_group(self, role: str) -> str:
         """Which parameters ``role``'s gradients are clipped together with (by their joint norm, logged as
         ``train/<group>/<name>/grad_norm``): by default each role alone, as BenchMARL clips each loss's parameters."""

@@ -12,7 +12,10 @@ batch and its shuffled minibatches (:func:`training_batch`, :func:`shuffled_mini
 :class:`SequentialAgents` wraps an on-policy loop for HAPPO and HATRPO (Kuba et al., 2022): a fresh random order of
 the agents each iteration, each agent's turn on the advantage times the factor of the earlier agents' ratios, the
 critic last. The order, the factor and the phase live in it; each minibatch carries its phase (:func:`phase_of`) to
-the learners, which read nothing the loop set on them.
+the learners, which read nothing the loop set on them. Over an off-policy loop (HASAC, Liu et al., 2024) the order is
+drawn for every update: each sampled minibatch trains the critics first, then each agent in turn, and after each turn
+the agent's learner re-samples that agent's action from its updated policy (:meth:`after_turn`), so the agents after
+it condition on it; the update's last turn closes it (:meth:`TrainingLoop.closes_update`: target networks move then).
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class Phase:
     kind: str
     group: str | None = None
     agent: int | None = None
+    #: the last step of an update (off-policy: the target networks move after it)
+    closes: bool = False
 
 
 CRITIC = Phase("critic")
@@ -88,6 +93,11 @@ class TrainingLoop(ABC):
 
     def after_backward(self) -> None:
         """Between backward and the optimizer step of each minibatch (a sequential loop keeps its phase's gradients)."""
+
+    def closes_update(self, batch: TensorDictBase) -> bool:
+        """Whether the optimizer step just taken on ``batch`` ends an update (then the learners' :meth:`after_step`
+        runs: target networks, priorities); every step but within a sequential off-policy update."""
+        return True
 
 
 class OnPolicyLoop(TrainingLoop):
@@ -181,19 +191,28 @@ class OffPolicyLoop(TrainingLoop):
 
 
 class SequentialAgents(TrainingLoop):
-    """The agents of every group trained one after another (HAPPO's scheme) over an on-policy loop: the iteration's
-    batch as the inner loop prepares it, a fresh random order of all agents (torch's generator: a resumed run draws the
-    same orders), each agent's turn — the inner loop's minibatches, or one step on the whole batch where the learners
-    take ``whole_batch_turns`` (HATRPO) — after which the factor takes that agent's ratio; the critics last, on the
-    inner loop's minibatches. Between backward and the step only the phase's parameters keep their gradients."""
+    """The agents of every group trained one after another over an inner loop; the order is a fresh random
+    permutation of all agents (torch's generator: a resumed run draws the same orders), kept in :attr:`agent_orders`.
 
-    def __init__(self, inner: OnPolicyLoop, whole_batch_turns: bool = False) -> None:
-        if not isinstance(inner, OnPolicyLoop):
-            raise TypeError(f"SequentialAgents wraps an on-policy loop for now, not {type(inner).__name__}")
+    Over an on-policy loop (HAPPO's scheme), once per iteration: the iteration's batch as the inner loop prepares it,
+    each agent's turn — the inner loop's minibatches, or one step on the whole batch where the learners take
+    ``whole_batch_turns`` (HATRPO) — after which the factor takes that agent's ratio; the critics last, on the inner
+    loop's minibatches.
+
+    Over an off-policy loop (HASAC's scheme), once per update, on each sampled minibatch: the critics first, then
+    every learner draws its agents' actions from the current policies (:meth:`before_turns`), then each agent's turn,
+    after which its learner re-samples that agent's action from the updated policy (:meth:`after_turn`, for every
+    agent but the last); the last turn closes the update. Between backward and the step only the phase's parameters keep their gradients."""
+
+    def __init__(self, inner: OnPolicyLoop | OffPolicyLoop, whole_batch_turns: bool = False) -> None:
+        if not isinstance(inner, (OnPolicyLoop, OffPolicyLoop)):
+            raise TypeError(f"SequentialAgents wraps an on-policy or off-policy loop, not {type(inner).__name__}")
+        if whole_batch_turns and not inner.on_policy:
+            raise TypeError("whole_batch_turns: one step per turn on the whole batch is an on-policy scheme (HATRPO)")
         super().__init__(inner.run)
         self.inner = inner
         self.whole_batch_turns = whole_batch_turns
-        #: each iteration's order of the agents, as ``group/agent`` names
+        #: each iteration's (on-policy) or update's (off-policy) order of the agents, as ``group/agent`` names
         self.agent_orders: list[list[str]] = []
         self._phase: Phase | None = None
 
@@ -216,20 +235,30 @@ class SequentialAgents(TrainingLoop):
     def _agents(self) -> list[tuple[str, int]]:
         return [(group, i) for group in self.run.groups for i in range(len(self.run.task.group_map[group]))]
 
+    def _order(self) -> list[tuple[str, int]]:
+        """A fresh random order of every agent, recorded by name."""
+        agents = self._agents()
+        order = [agents[k] for k in torch.randperm(len(agents)).tolist()]
+        self.agent_orders.append([f"{group}/{self.run.task.group_map[group][i]}" for group, i in order])
+        return order
+
     @override
     def __len__(self) -> int:
+        if not self.on_policy:  # per update: the critics' step and one step per agent
+            return len(self.inner) * (1 + len(self._agents()))
         turn = 1 if self.whole_batch_turns else len(self.inner)
         return len(self._agents()) * turn + len(self.inner)
 
     @override
     def __iter__(self) -> Iterator[TensorDictBase]:
+        yield from (self._on_policy() if self.on_policy else self._off_policy())
+        self._phase = None
+
+    def _on_policy(self) -> Iterator[TensorDictBase]:
         run = self.run
         batch, size = self.inner.prepare()
         batch.set(FACTOR, torch.ones(batch.shape[0], 1, device=batch.device))
-        agents = self._agents()
-        order = [agents[k] for k in torch.randperm(len(agents)).tolist()]
-        self.agent_orders.append([f"{group}/{run.task.group_map[group][i]}" for group, i in order])
-        for group, agent in order:
+        for group, agent in self._order():
             phase = Phase("actor", group, agent)
             turn = [batch] if self.whole_batch_turns else self.inner.minibatches(batch, size)
             for minibatch in turn:
@@ -241,7 +270,22 @@ class SequentialAgents(TrainingLoop):
             batch.set(FACTOR, batch.get(FACTOR) * ratio.unsqueeze(-1))
         for minibatch in self.inner.minibatches(batch, size):
             yield self._carrying(minibatch, CRITIC)
-        self._phase = None
+
+    def _off_policy(self) -> Iterator[TensorDictBase]:
+        learners = self.run.learners
+        for minibatch in self.inner:  # a fresh sample the loop owns: each phase is marked on it (what one step
+            # writes, the critics' TD errors for the priorities, the next sees)
+            yield self._marked(minibatch, CRITIC)
+            with torch.no_grad():
+                for group, learner in learners.items():
+                    learner.before_turns(minibatch.get(group))
+            order = self._order()
+            for k, (group, agent) in enumerate(order):
+                last = k == len(order) - 1
+                yield self._marked(minibatch, Phase("actor", group, agent, closes=last))
+                if not last:  # the next update draws every action afresh
+                    with torch.no_grad():
+                        learners[group].after_turn(minibatch.get(group), agent)
 
     def _carrying(self, minibatch: TensorDictBase, phase: Phase) -> TensorDictBase:
         """The minibatch with its phase (a shallow copy: the loop's batch is not written)."""
@@ -249,6 +293,12 @@ class SequentialAgents(TrainingLoop):
         carrying = minibatch.clone(recurse=False)
         carrying.set_non_tensor(PHASE, phase)
         return carrying
+
+    def _marked(self, minibatch: TensorDictBase, phase: Phase) -> TensorDictBase:
+        """The minibatch itself, marked with its phase."""
+        self._phase = phase
+        minibatch.set_non_tensor(PHASE, phase)
+        return minibatch
 
     @override
     def after_backward(self) -> None:
@@ -258,6 +308,11 @@ class SequentialAgents(TrainingLoop):
         for p in self.run.parameters():
             if id(p) not in active:
                 p.grad = None
+
+    @override
+    def closes_update(self, batch: TensorDictBase) -> bool:
+        phase = phase_of(batch)
+        return self.on_policy or phase is None or phase.closes
 
 
 # ------------------------------------------------------------------ the data the loops iterate (DESIGN.md §2)
@@ -315,7 +370,7 @@ class OffPolicySource(Protocol):
     world_size: int
     chunk_length: int | None
     collection: Collects
-    learners: Any  # by group: each has training_keys() (what its buffer stores) and burn_in (recurrent slices)
+    learners: Any  # by group: each has replay_frames(batch) (what its buffer stores) and burn_in (recurrent slices)
 
     def process_batch(self, batch: TensorDictBase) -> TensorDictBase: ...
     def replay_buffers(self) -> dict[str, TensorDictReplayBuffer]: ...
@@ -330,7 +385,7 @@ def replay_minibatches(run: OffPolicySource, steps: int, batch_size: int) -> Ite
         batch = run.process_batch(batch)
     buffers = run.replay_buffers()
     for group, buffer in buffers.items():
-        buffer.extend(batch.select(*run.learners[group].training_keys(), strict=False).reshape(-1))
+        buffer.extend(run.learners[group].replay_frames(batch))
     run.collection.mark_training_start()
     size = batch_size // run.world_size  # DDP: each process's share of the global minibatch
     if run.chunk_length is None:

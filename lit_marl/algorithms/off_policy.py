@@ -220,6 +220,11 @@ class OffPolicyLearner(GroupLearner):
             keys += [*states, *(("next", *key) for key in states), "is_init", TRAJECTORY_KEY]
         return list(dict.fromkeys(keys))
 
+    def replay_frames(self, batch: TensorDictBase) -> TensorDictBase:
+        """What of a processed collected batch ``[*envs, time]`` goes into the group's replay buffer: its
+        :meth:`training_keys`, one transition per row (HASAC first turns them into n-step transitions)."""
+        return batch.select(*self.training_keys(), strict=False).reshape(-1)
+
     @override
     def group_batch(self, batch: TensorDictBase) -> TensorDictBase:
         sample = batch.get(self.group)

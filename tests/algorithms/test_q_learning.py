@@ -75,7 +75,7 @@ def test_value_based_algorithm_refuses_continuous_actions_and_names_what_fits():
     with pytest.raises(ConfigError, match="QMIX needs discrete actions") as err:
         QMIX(tiny_task(), **q_kwargs())
     assert str(err.value).endswith(
-        "algorithm for continuous actions: HAPPO, HATRPO, IDDPG, IPPO, ISAC, MADDPG, MAPPO, MASAC")
+        "algorithm for continuous actions: HAPPO, HASAC, HATRPO, IDDPG, IPPO, ISAC, MADDPG, MAPPO, MASAC")
     assert MAPPO.supports_continuous_actions
 
 
