@@ -49,7 +49,8 @@ from lit_marl.algorithms.base import MarlAlgorithm
 from lit_marl.algorithms.common import FromState, PerAgent, stochastic_policy
 from lit_marl.algorithms.loops import PHASE, Phase, phase_of
 from lit_marl.algorithms.off_policy import OffPolicyLearner
-from lit_marl.errors import ConfigError, non_negative_float, one_of, positive_float, positive_int
+from lit_marl.algorithms.sac import temperature_settings
+from lit_marl.errors import ConfigError, one_of, positive_float, positive_int
 from lit_marl.models import Mlp
 
 #: the group's entry holding each agent's current action during an update ([*B, n_agents, action_dim])
@@ -225,14 +226,8 @@ class SequentialSAC(OffPolicyLearner):
                               f"own and updates them one after another; allowed: false")
         self.num_qvalue_nets = positive_int("num_qvalue_nets", num_qvalue_nets)
         self.loss_function = one_of("loss_function", loss_function, ("l2", "l1", "smooth_l1"))
-        if target_entropy != "auto" and (isinstance(target_entropy, bool) or not isinstance(target_entropy, (int, float))):
-            raise ConfigError(f"target_entropy: must be 'auto' or a number, got {target_entropy!r}")
-        self.target_entropy = target_entropy
-        self.alpha_init = positive_float("alpha_init", alpha_init)
-        self.min_alpha = None if min_alpha is None else non_negative_float("min_alpha", min_alpha)
-        self.max_alpha = None if max_alpha is None else positive_float("max_alpha", max_alpha)
-        if self.min_alpha is not None and self.max_alpha is not None and self.min_alpha > self.max_alpha:
-            raise ConfigError(f"min_alpha: {min_alpha} is larger than max_alpha={max_alpha}")
+        self.target_entropy, self.alpha_init, self.min_alpha, self.max_alpha = temperature_settings(
+            target_entropy, alpha_init, min_alpha, max_alpha)
         self.fixed_alpha = bool(fixed_alpha)
         self.n_step = positive_int("n_step", n_step)
         self.critic_lr = None if critic_lr is None else positive_float("critic_lr", critic_lr)
@@ -248,6 +243,13 @@ class SequentialSAC(OffPolicyLearner):
     @override
     def validate(self) -> None:
         super().validate()
+        groups = list(self.task.group_map) if self.group is not None else []  # (the groups are known once built)
+        if len(groups) > 1:
+            raise ConfigError(
+                f"task.agent_groups: {len(groups)} groups ({', '.join(groups)}); HASAC's critics value the joint action "
+                f"of every agent, and a group's critics would see its own group's actions only; allowed: a task whose "
+                f"agents form one group (agent_groups: all_in_one_group, where their observation and action sizes "
+                f"agree), or MASAC/ISAC for several groups")
         for field in ("actor_model", "critic_model"):
             model = getattr(self, field)
             if type(model) is not Mlp:

@@ -22,6 +22,18 @@ from lit_marl.errors import ConfigError, non_negative_float, one_of, positive_fl
 from lit_marl.models import Mlp, ModelInputs
 
 
+def temperature_settings(target_entropy: Any, alpha_init: Any, min_alpha: Any, max_alpha: Any) -> tuple:
+    """A soft actor-critic's temperature settings, checked by name: ``(target_entropy, alpha_init, min_alpha,
+    max_alpha)`` (``target_entropy`` "auto" or a number; the clamps optional, ordered)."""
+    if target_entropy != "auto" and (isinstance(target_entropy, bool) or not isinstance(target_entropy, (int, float))):
+        raise ConfigError(f"target_entropy: must be 'auto' or a number, got {target_entropy!r}")
+    low = None if min_alpha is None else non_negative_float("min_alpha", min_alpha)
+    high = None if max_alpha is None else positive_float("max_alpha", max_alpha)
+    if low is not None and high is not None and low > high:
+        raise ConfigError(f"min_alpha: {min_alpha} is larger than max_alpha={max_alpha}")
+    return target_entropy, positive_float("alpha_init", alpha_init), low, high
+
+
 class SAC(OffPolicyLearner):
     """What one group learns with soft actor-critic: the learner of :class:`MASAC` and :class:`ISAC`. It explores by
     sampling its policy.
@@ -67,16 +79,10 @@ class SAC(OffPolicyLearner):
         self.num_qvalue_nets = positive_int("num_qvalue_nets", num_qvalue_nets)
         self.loss_function = one_of("loss_function", loss_function, ("l2", "l1", "smooth_l1"))
         self.delay_qvalue = bool(delay_qvalue)
-        if target_entropy != "auto" and (isinstance(target_entropy, bool) or not isinstance(target_entropy, (int, float))):
-            raise ConfigError(f"target_entropy: must be 'auto' or a number, got {target_entropy!r}")
-        self.target_entropy = target_entropy
+        self.target_entropy, self.alpha_init, self.min_alpha, self.max_alpha = temperature_settings(
+            target_entropy, alpha_init, min_alpha, max_alpha)
         self.discrete_target_entropy_weight = unit_interval("discrete_target_entropy_weight",
                                                             discrete_target_entropy_weight)
-        self.alpha_init = positive_float("alpha_init", alpha_init)
-        self.min_alpha = None if min_alpha is None else non_negative_float("min_alpha", min_alpha)
-        self.max_alpha = None if max_alpha is None else positive_float("max_alpha", max_alpha)
-        if self.min_alpha is not None and self.max_alpha is not None and self.min_alpha > self.max_alpha:
-            raise ConfigError(f"min_alpha: {min_alpha} is larger than max_alpha={max_alpha}")
         self.fixed_alpha = bool(fixed_alpha)
         self.scale_mapping = scale_mapping
         self.use_tanh_normal = bool(use_tanh_normal)

@@ -240,10 +240,10 @@ def _indexed(learner, params):
     return [(index[id(p)], p) for p in params]
 
 
-def test_hasac_in_every_group_trains_each_update_in_one_order_across_the_groups(tmp_path):
-    """Issue 35 item 4: HASAC's sequential loop over the off-policy loop is the run's too: an ensemble whose groups all
-    take HASAC draws one order over every group's agents per update, and every group's policy, critics and temperatures
-    move; HASAC beside MASAC (agents together) is refused by name."""
+def test_hasac_is_refused_in_an_ensemble_by_name():
+    """Issue 35 item 4: HASAC's critics value the joint action of every agent; a learner per group would see its own
+    group's actions only, so HASAC in every group is refused by name (once the groups are known, before any step), and
+    beside MASAC (agents together) the mix of loops is."""
     from lit_marl.errors import ConfigError
 
     task = tiny_task("balance", scenario_kwargs={"n_agents": 2}, agent_groups="one_group_per_agent")
@@ -251,16 +251,7 @@ def test_hasac_in_every_group_trains_each_update_in_one_order_across_the_groups(
                                           "\\(off-policy\\); .*one loop kind"):
         Ensemble(task, {"agent_0": {"class_path": "lit_marl.algorithms.HASAC"},
                         "agent_1": {"class_path": "lit_marl.algorithms.MASAC"}})
-    algorithms = {"agent_0": {"class_path": "lit_marl.algorithms.HASAC", "init_args": {"lr": 1e-3}},
-                  "agent_1": {"class_path": "lit_marl.algorithms.HASAC", "init_args": {"lr": 3e-3}}}
-    model = Ensemble(task, algorithms, frames_per_batch=40, num_envs=4, n_optimizer_steps=3, train_batch_size=16,
-                     evaluation_episodes=2)
-    before = {g: [p.detach().clone() for p in learner.parameters()] for g, learner in model.learners.items()}
-    tiny_trainer(tmp_path, max_epochs=1, check_val_every_n_epoch=100).fit(model)
-    assert len(model.loop) == 3 * (1 + 2)  # per update: the critics, then each of the two agents
-    assert len(model.loop.agent_orders) == 3
-    assert all(sorted(order) == ["agent_0/agent_0", "agent_1/agent_1"] for order in model.loop.agent_orders)
-    for group, learner in model.learners.items():
-        moved = {role: all(not torch.equal(before[group][i], p) for i, p in _indexed(learner, params))
-                 for role, params in learner.param_groups().items()}
-        assert all(moved.values()), (group, moved)
+    with pytest.raises(ConfigError, match="task.agent_groups: 2 groups \\(agent_0, agent_1\\); HASAC's critics value "
+                                          "the joint action of every agent"):
+        Ensemble(task, {g: {"class_path": "lit_marl.algorithms.HASAC"} for g in ("agent_0", "agent_1")},
+                 frames_per_batch=40, num_envs=4, n_optimizer_steps=3, train_batch_size=16)

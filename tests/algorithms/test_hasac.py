@@ -218,6 +218,13 @@ def test_bad_settings_are_refused_by_name(overrides, fragments, monkeypatch):
         assert fragment in str(refused.value)
 
 
+def test_several_groups_are_refused_by_name():
+    with pytest.raises(ConfigError, match="task.agent_groups: 3 groups \\(agent_0, agent_1, agent_2\\); HASAC's "
+                                          "critics value the joint action of every agent"):
+        HASAC(tiny_task("balance", scenario_kwargs={"n_agents": 3}, agent_groups="one_group_per_agent"),
+              **ddpg_kwargs())
+
+
 def test_discrete_actions_are_refused_by_name():
     with pytest.raises(ConfigError, match="needs continuous actions"):
         HASAC(tiny_task("balance", continuous_actions=False), **ddpg_kwargs())
