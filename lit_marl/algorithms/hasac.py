@@ -41,6 +41,7 @@ from tensordict.nn import TensorDictModule, TensorDictParams
 from torch import nn
 from torchrl.envs.transforms import MultiStepTransform
 from torchrl.modules import ProbabilisticActor
+from torchrl.modules.distributions.utils import rsample_and_log_prob
 from torchrl.objectives import LossModule
 from torchrl.objectives.utils import distance_loss
 from typing_extensions import override
@@ -120,8 +121,10 @@ class HASACLoss(LossModule):
         """Every agent's re-parameterised action and its log-probability, ``[*B, n_agents, dim]`` and
         ``[*B, n_agents]``."""
         dist = self.policy.get_dist(tensordict.select(*self.policy.in_keys, strict=False))
-        action = dist.rsample()
-        return action, dist.log_prob(action).reshape(action.shape[:-1])
+        # drawn and scored together (torchrl's, as its SACLoss): scoring the drawn action apart inverts the tanh, which
+        # once it saturates returns another pre-image and a log-probability off by thousands (a run diverged on it)
+        action, log_prob = rsample_and_log_prob(dist)
+        return action, log_prob.reshape(action.shape[:-1])
 
     @override
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:

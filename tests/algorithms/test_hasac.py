@@ -129,6 +129,21 @@ def test_after_a_turn_the_agents_action_comes_from_its_updated_policy():
     assert bool((now[:, 1] > 0.9 * high).all()) and not bool((start[:, 1] > 0.9 * high).all())
 
 
+def test_a_saturated_policy_scores_its_own_draws():
+    """Scoring a drawn action apart from the draw inverts the tanh: once the policy saturates, that gives another
+    pre-image and log-probabilities off by thousands, which the soft targets multiply into the critics (a HalfCheetah
+    run diverged at 195k frames on it). Drawn and scored together, they stay what the normal's density says."""
+    model = _hasac()
+    learner = model.learners["agents"]
+    sample = learner.task.specs.observation_spec.rand([256]).select(*learner.policy.in_keys)
+    with torch.no_grad():
+        bias = learner._agent_parameters[0][-1]
+        bias.copy_(torch.tensor([20.0, -20.0, -3.0, -3.0]))  # agent 0's loc far into the tanh's flat ends
+        action, log_prob = learner.objective.sample(sample)
+    assert bool(log_prob.isfinite().all()) and bool((log_prob[:, 0] > 0).all())  # a narrow density: positive
+    assert bool((action[:, 0, 0] > 0.99).all()) and bool((action[:, 0, 1] < -0.99).all())
+
+
 def test_the_critics_target_is_the_soft_n_step_value_and_stops_at_termination():
     model = _hasac()
     loss = model.learners["agents"].objective

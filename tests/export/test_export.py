@@ -186,3 +186,18 @@ def test_onnx_without_its_exporter_names_the_extra(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"export.format: 'onnx' needs onnxscript .*pip install -e \"\.\[export\]\""):
         export_checkpoint(tmp_path / "never-read.ckpt", "onnx")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_policy_per_agent_exports_as_one_file_per_group(tmp_path):
+    """HAPPO's and HASAC's policies (one network per agent, ``PerAgent``) export like any other group's."""
+    from lit_marl.algorithms import HASAC
+    from tests.helpers.tiny import ddpg_kwargs
+
+    pl.seed_everything(0)
+    module = HASAC(tiny_task("balance"), **ddpg_kwargs())
+    folder = export_policy(module, tmp_path / "deploy", "torchscript")
+    observed = _observed(module)
+    expected = _module_actions(module, "agents", observed)
+    actions = load_exported(folder / "agents.pt")(*_inputs(folder, "agents", observed))
+    assert torch.equal(actions, expected) and expected.std() > 0.01
+    assert json.loads((folder / MANIFEST).read_text())["algorithm"] == "hasac"
