@@ -110,6 +110,12 @@ class PerAgent(nn.Module):
         return TensorDictModule(cls(nets, len(shape), head), in_keys=list(inputs.keys), out_keys=out_keys)
 
 
+def per_agent_parameters(policy: nn.Module) -> list[list[nn.Parameter]]:
+    """Each agent's parameter tensors of a policy built with ``per_agent=True`` (its :class:`PerAgent` networks)."""
+    nets = next(module.nets for module in policy.modules() if isinstance(module, PerAgent))
+    return [list(net.parameters()) for net in nets]
+
+
 class MaskGuard(TensorDictModuleBase):
     """Stops with a clear error when an agent has no legal action (instead of a NaN deep in a distribution)."""
 

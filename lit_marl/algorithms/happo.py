@@ -27,7 +27,7 @@ from torchrl.modules import ProbabilisticActor
 from typing_extensions import override
 
 from lit_marl.algorithms.base import MarlAlgorithm
-from lit_marl.algorithms.common import PerAgent, stochastic_policy
+from lit_marl.algorithms.common import per_agent_parameters, stochastic_policy
 from lit_marl.algorithms.loops import FACTOR, Phase, phase_of
 from lit_marl.algorithms.ppo import PPO
 from lit_marl.errors import ConfigError
@@ -85,8 +85,7 @@ class SequentialPPO(PPO):
     @cached_property
     def _agent_parameters(self) -> list[list[nn.Parameter]]:
         """Each agent's policy parameters, found once (the run asks for the phase's at every optimizer step)."""
-        nets = next(module.nets for module in self.policy.modules() if isinstance(module, PerAgent))
-        return [list(net.parameters()) for net in nets]
+        return per_agent_parameters(self.policy)
 
     def actor_parameters(self, agent: int) -> list[nn.Parameter]:
         """The parameters of agent ``agent``'s policy network."""

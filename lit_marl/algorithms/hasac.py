@@ -47,7 +47,7 @@ from torchrl.objectives.utils import distance_loss
 from typing_extensions import override
 
 from lit_marl.algorithms.base import MarlAlgorithm
-from lit_marl.algorithms.common import FromState, PerAgent, stochastic_policy
+from lit_marl.algorithms.common import FromState, per_agent_parameters, stochastic_policy
 from lit_marl.algorithms.loops import PHASE, Phase, phase_of
 from lit_marl.algorithms.off_policy import OffPolicyLearner
 from lit_marl.algorithms.sac import temperature_settings
@@ -295,8 +295,8 @@ class SequentialSAC(OffPolicyLearner):
 
     @cached_property
     def _agent_parameters(self) -> list[list[nn.Parameter]]:
-        nets = next(module.nets for module in self.policy.modules() if isinstance(module, PerAgent))
-        return [list(net.parameters()) for net in nets]
+        """Each agent's policy parameters, found once (the loop asks for the phase's at every optimizer step)."""
+        return per_agent_parameters(self.policy)
 
     def _critic_parameters(self) -> list[nn.Parameter]:
         return list(self.objective.qvalue_network_params.values(True, True))
@@ -334,13 +334,14 @@ class SequentialSAC(OffPolicyLearner):
     def replay_frames(self, batch: TensorDictBase) -> TensorDictBase:
         """The group's transitions, as ``n_step``-step transitions where ``n_step`` > 1 (each env's newest
         ``n_step`` wait for the next collection)."""
-        frames = batch.select(*self.training_keys(), strict=False)
+        keys = self.training_keys()
+        frames = batch.select(*keys, strict=False)
         if self.n_step_window is not None:
             frames = frames.reshape(-1, frames.shape[-1])  # [envs, time]
             done = frames.get(("next", self.group, "done"))
             frames.set(("next", WINDOW_DONE), done.reshape(*frames.shape, -1).any(-1, keepdim=True))
             frames = self.n_step_window.inv(frames)
-            frames = frames.select(*self.training_keys(), DISCOUNT, strict=False)
+            frames = frames.select(*keys, DISCOUNT, strict=False)
         return frames.reshape(-1)
 
     @override
@@ -361,9 +362,9 @@ class SequentialSAC(OffPolicyLearner):
     # ------------------------------------------------------------------ training: the phases of an update
     def before_turns(self, sample: TensorDictBase) -> None:
         """Before the agents' turns of an update: every agent's action drawn from its current policy."""
-        action, log_prob = self.objective.sample(sample)
+        action, _ = self.objective.sample(sample)
         sample.set((self.group, JOINT_ACTION), action)
-        sample.set((self.group, TURN_LOG_PROB), torch.zeros_like(log_prob))
+        sample.set((self.group, TURN_LOG_PROB), action.new_zeros(action.shape[:-1]))  # each turn writes its agent's
 
     def after_turn(self, sample: TensorDictBase, agent: int) -> None:
         """After agent ``agent``'s turn: its action re-sampled from its updated policy (the agents after it see it)."""

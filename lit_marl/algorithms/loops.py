@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
+from functools import cached_property
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -202,7 +203,9 @@ class SequentialAgents(TrainingLoop):
     Over an off-policy loop (HASAC's scheme), once per update, on each sampled minibatch: the critics first, then
     every learner draws its agents' actions from the current policies (:meth:`before_turns`), then each agent's turn,
     after which its learner re-samples that agent's action from the updated policy (:meth:`after_turn`, for every
-    agent but the last); the last turn closes the update. Between backward and the step only the phase's parameters keep their gradients."""
+    agent but the last); the last turn closes the update.
+
+    Between backward and the step only the phase's parameters keep their gradients."""
 
     def __init__(self, inner: OnPolicyLoop | OffPolicyLoop, whole_batch_turns: bool = False) -> None:
         if not isinstance(inner, (OnPolicyLoop, OffPolicyLoop)):
@@ -232,22 +235,24 @@ class SequentialAgents(TrainingLoop):
     def validate(self) -> None:
         self.inner.validate()
 
-    def _agents(self) -> list[tuple[str, int]]:
-        return [(group, i) for group in self.run.groups for i in range(len(self.run.task.group_map[group]))]
+    @cached_property
+    def _roster(self) -> list[tuple[str, int, str]]:
+        """Every agent as ``(group, index, "group/agent")``, found once (off-policy an order is drawn per update)."""
+        group_map = self.run.task.group_map
+        return [(group, i, f"{group}/{agent}") for group in self.run.groups for i, agent in enumerate(group_map[group])]
 
     def _order(self) -> list[tuple[str, int]]:
         """A fresh random order of every agent, recorded by name."""
-        agents = self._agents()
-        order = [agents[k] for k in torch.randperm(len(agents)).tolist()]
-        self.agent_orders.append([f"{group}/{self.run.task.group_map[group][i]}" for group, i in order])
-        return order
+        order = [self._roster[k] for k in torch.randperm(len(self._roster)).tolist()]
+        self.agent_orders.append([name for _, _, name in order])
+        return [(group, i) for group, i, _ in order]
 
     @override
     def __len__(self) -> int:
         if not self.on_policy:  # per update: the critics' step and one step per agent
-            return len(self.inner) * (1 + len(self._agents()))
+            return len(self.inner) * (1 + len(self._roster))
         turn = 1 if self.whole_batch_turns else len(self.inner)
-        return len(self._agents()) * turn + len(self.inner)
+        return len(self._roster) * turn + len(self.inner)
 
     @override
     def __iter__(self) -> Iterator[TensorDictBase]:
