@@ -26,7 +26,7 @@ import torch
 import yaml
 
 from lit_marl.algorithms import MAPPO
-from lit_marl.data.collection import Sampler
+from lit_marl.algorithms.collection import Sampler
 from lit_marl.envs import PettingZooTask
 from lit_marl.models import Mlp
 

@@ -29,7 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lit_marl.algorithms import IDDPG, MASAC, QMIX  # noqa: E402
-from lit_marl.data import Sampler, collection  # noqa: E402
+from lit_marl.algorithms import collection  # noqa: E402
+from lit_marl.algorithms.collection import Sampler  # noqa: E402
+from lit_marl.data.evaluator import episode_returns  # noqa: E402
 from lit_marl.envs import VmasTask  # noqa: E402
 from lit_marl.evaluation.statistics import independent_difference  # noqa: E402
 from lit_marl.models import Mlp  # noqa: E402
@@ -63,7 +65,7 @@ def build(algorithm: str, seed: int):
 
 def mean_return(model) -> float:
     rollout = model.evaluate(seed=12345, num_envs=50)
-    return torch.stack(list(model.episode_returns(rollout).values())).mean().item()
+    return torch.stack(list(episode_returns(model.groups, rollout).values())).mean().item()
 
 
 def run(algorithm: str, seed: int, arm: str) -> dict:

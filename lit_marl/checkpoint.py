@@ -357,3 +357,48 @@ def save_buffers_per_process(strategy: Any) -> None:
 
     strategy.save_checkpoint, strategy.remove_checkpoint = save_checkpoint, remove_checkpoint
     strategy._lit_marl_rank_buffers = True
+
+
+def save_run_state(checkpoint: dict[str, Any], run: Any, buffers: dict[str, Any] | None) -> None:
+    """What a run (a :class:`~lit_marl.algorithms.MarlAlgorithm`) adds to a Lightning checkpoint under ``lit_marl``:
+    :func:`run_meta`, its replay ``buffers`` (where built; :func:`buffers_meta`) and each learner's own state (target
+    updaters, HAPPO's orders, HASAC's held n-step window) where any learner has one."""
+    meta = checkpoint.setdefault("lit_marl", {})
+    meta.update(run_meta(run.algorithm_name, run.task, run.frames, run.iteration))
+    if buffers is not None:
+        meta.update(buffers_meta(buffers, run.world_size, f"f{run.frames}s{run.global_step}"))
+    learner_states = {g: learner.checkpoint_state() for g, learner in run.learners.items()}
+    if any(learner_states.values()):
+        meta["target_updaters"] = learner_states
+
+
+def load_run_state(checkpoint: dict[str, Any], run: Any) -> dict[str, Any]:
+    """Check a checkpoint against ``run`` (:func:`checked_meta`; format-1 weights renamed first), set the run's
+    counters and its learners' own states, and return what the run restores later (its ``restored``: the RNG state
+    before the next collection, the replay buffers when first built; under DDP this process's, from its sidecar)."""
+    migrate_state_dict(checkpoint)  # weights saved before the learners (format 1) under their names of today
+    meta = checked_meta(checkpoint, run.algorithm_name, run.task, run.state_dict())
+    run.frames, run.iteration = int(meta["frames"]), int(meta["iteration"])
+    restored = dict(meta)
+    for group, state in meta.get("target_updaters", {}).items():
+        run.learners[group].load_checkpoint_state(state)
+    if "rank_buffers" in meta:  # a DDP run's: each process's buffers in a sidecar file
+        buffers = rank_buffers(meta["rank_buffers"], Path(str(run.trainer.ckpt_path)), run.rank, run.world_size)
+        if buffers is not None:
+            restored["replay_buffers"] = buffers
+    return restored
+
+
+def prepare_checkpoints(trainer: Any, run: Any, with_buffers: bool) -> None:
+    """Before a run starts: its checkpoints written atomically (unless the user chose their own CheckpointIO), the
+    checkpoint it resumes from (``ckpt_path``) checked against it before anything is built, and under DDP, where it
+    has replay buffers (``with_buffers``), every process's buffers saved beside each checkpoint."""
+    strategy = trainer.strategy
+    if type(strategy.checkpoint_io) is TorchCheckpointIO:
+        strategy.checkpoint_io = AtomicCheckpointIO()
+    ckpt_path = trainer.ckpt_path
+    if ckpt_path and str(ckpt_path) not in LIGHTNING_CKPT_ALIASES:
+        meta = read_checkpoint(ckpt_path)["lit_marl"]
+        check_compatible(meta, run.algorithm_name, run.task.to_config(), f"ckpt_path {str(ckpt_path)!r}")
+    if run.world_size > 1 and with_buffers:
+        save_buffers_per_process(strategy)

@@ -6,6 +6,7 @@ one of these breaks here, visibly, and nowhere else.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,14 @@ from lit_marl.atomic import atomic_target
 def attached_trainer(module: pl.LightningModule) -> pl.Trainer | None:
     """The module's Trainer, or None outside one (``module.trainer`` raises when there is none)."""
     return module._trainer
+
+
+def save_hyperparameters(module: pl.LightningModule, hparams: dict[str, Any]) -> None:
+    """``module.save_hyperparameters(hparams)`` as Lightning does it, without its search of the callers' frames for
+    ``__init__`` arguments (a run's arguments are declared once and known: its ``_arguments``)."""
+    module._set_hparams(hparams)
+    module._hparams_initial = copy.deepcopy(module._hparams)
+    module._log_hyperparams = True
 
 
 def logged_step(trainer: pl.Trainer | None) -> int:

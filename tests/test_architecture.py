@@ -231,8 +231,9 @@ def _lit_marl_classes(cls: type, packages: tuple[str, ...] = ("lit_marl",)) -> l
 
 
 def test_an_algorithm_is_a_run_of_at_most_three_classes_and_holds_its_loop_and_collection():
-    """Issue 35: how a run loops and collects are objects it holds (``run.loop``, ``run.collection``), named by its
-    learners, not layers of its class: at most 3 lit-marl classes in any algorithm's class order (learners apart), and
+    """Issue 35: how a run loops, collects and evaluates are objects it holds (``run.loop``, ``run.collection``,
+    ``run.evaluation``), the loop named by its learners, not layers of its class (``MarlAlgorithm`` stands on
+    ``LightningModule`` alone): at most 3 lit-marl classes in any algorithm's class order (learners apart), and
     the sequential-agents algorithms define no Lightning hook of their own."""
     import lightning.pytorch as pl
 
@@ -245,6 +246,9 @@ def test_an_algorithm_is_a_run_of_at_most_three_classes_and_holds_its_loop_and_c
     for name in ("happo", "hatrpo", "hasac"):
         hooks = [m for m in vars(algorithms[name]) if m != "__init__" and callable(getattr(pl.LightningModule, m, None))]
         assert not hooks, (name, hooks)
+    run_layers = {name: _lit_marl_classes(cls)[1:] for name, cls in algorithms.items()
+                  if _lit_marl_classes(cls)[-1] != "MarlAlgorithm"}  # the run's class stands on Lightning's alone
+    assert not run_layers, run_layers
 
 
 def test_the_class_order_check_sees_a_run_layer():
@@ -256,5 +260,4 @@ def test_the_class_order_check_sees_a_run_layer():
     class Deep(Layer, MAPPO):
         pass
 
-    assert _lit_marl_classes(Deep, ("lit_marl", "tests")) == ["Deep", "Layer", "MAPPO", "MarlAlgorithm",
-                                                              "EvaluationLoops"]
+    assert _lit_marl_classes(Deep, ("lit_marl", "tests")) == ["Deep", "Layer", "MAPPO", "MarlAlgorithm"]

@@ -129,7 +129,8 @@ def test_the_one_stream_arm_seeds_the_training_envs_once(entry, tmp_path, monkey
     import importlib.util
 
     from lit_marl.algorithms import MAPPO
-    from lit_marl.data import Sampler, collection
+    from lit_marl.algorithms import collection
+    from lit_marl.algorithms.collection import Sampler
     from tests.helpers.tiny import tiny_kwargs, tiny_task, tiny_trainer
 
     monkeypatch.setattr(Sampler, "collect", Sampler.collect)  # restored after the test, whatever the import patched

@@ -2,7 +2,7 @@
 
     python benchmarks/vs_benchmarl/one_stream.py fit --config configs/iddpg_vmas_balance.yaml ...
 
-lit-marl's :class:`~lit_marl.data.Sampler` re-seeds the training environments from ``(seed, rank, iteration)``
+lit-marl's :class:`~lit_marl.algorithms.collection.Sampler` re-seeds the training environments from ``(seed, rank, iteration)``
 whenever every episode ended on a batch's last step (so that a resume continues exactly). This variant seeds them
 once, at the run's first collection, and lets the simulator's own generator run on from there for the rest of the
 run: finished environments are reset by the collector as they end, from the one stream, as BenchMARL's are. It is a
@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from lit_marl.cli import main  # noqa: E402
-from lit_marl.data import Sampler  # noqa: E402
+from lit_marl.algorithms.collection import Sampler  # noqa: E402
 
 _collect = Sampler.collect
 

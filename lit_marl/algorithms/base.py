@@ -14,7 +14,6 @@ the constructor takes the learner's arguments, the loop's and the run's, each de
 
 from __future__ import annotations
 
-import copy
 import tempfile
 import time
 from abc import ABC
@@ -25,7 +24,6 @@ from typing import Any, ClassVar, Literal
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
-from lightning.pytorch.plugins.io import TorchCheckpointIO
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
@@ -33,27 +31,25 @@ from torchrl.data import TensorDictReplayBuffer
 from typing_extensions import override
 
 from lit_marl.algorithms.arguments import build_learner, compose
-from lit_marl.algorithms.clipping import clip_per_loss
 from lit_marl.algorithms.collection import Collection
-from lit_marl.algorithms.evaluation import EvaluationLoops
-from lit_marl.algorithms.learner import GroupLearner, RunFacts
+from lit_marl.algorithms.evaluation import Evaluation, evaluation_settings
+from lit_marl.algorithms.learner import GroupLearner, RunFacts, adam, clip_per_loss
 from lit_marl.algorithms.loops import TrainingLoop, build_loop, loop_sizes
 from lit_marl.algorithms.registry import register
 from lit_marl.callbacks import FrameBudget, MetricsFileRepair, NumericalFaultPolicy, PreemptionCheckpoint
 from lit_marl.callbacks.numerics import NAN_POLICIES
-from lit_marl.checkpoint import (AtomicCheckpointIO, buffers_meta, check_compatible, checked_meta, migrate_state_dict,
-                                 rank_buffers, read_checkpoint, run_meta, save_buffers_per_process)
-from lit_marl.data.evaluator import Evaluator
+from lit_marl.checkpoint import load_run_state, prepare_checkpoints, save_run_state
+from lit_marl.data import EvaluationBatches
 from lit_marl.data.replay import group_buffers
-from lit_marl.distributed import check_shares, check_strategy, reduce_means
+from lit_marl.distributed import check_shares, check_strategy, reduce_means, world_size_of
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, check_gradient_clipping, device_name, one_of, positive_int
 from lit_marl.resources import check_resources
-from lit_marl.lightning_adapter import attached_trainer, logged_step
+from lit_marl.lightning_adapter import attached_trainer, logged_step, save_hyperparameters
 from lit_marl.utils import Configurable, deepcopy_keeping_shared_tensors, instantiate
 
 
-class MarlAlgorithm(EvaluationLoops, ABC):
+class MarlAlgorithm(pl.LightningModule, ABC):
     """Base of every lit-marl algorithm: the run, holding one learner per agent group.
 
     Args:
@@ -144,8 +140,9 @@ class MarlAlgorithm(EvaluationLoops, ABC):
         if max_frames < frames_per_batch:  # one iteration collects frames_per_batch: the budget would be overrun
             raise ConfigError(f"max_frames: {max_frames} is smaller than frames_per_batch={frames_per_batch} (one "
                               f"iteration collects frames_per_batch frames); allowed: max_frames >= frames_per_batch")
-        self._set_evaluation_args(evaluation_episodes, evaluation_batch_size, evaluation_deterministic,
-                                  evaluation_seed, test_episodes, test_videos, seed)
+        for name, value in evaluation_settings(evaluation_episodes, evaluation_batch_size, evaluation_deterministic,
+                                               evaluation_seed, test_episodes, test_videos, seed).items():
+            setattr(self, name, value)
         self.sampling_device = device_name("sampling_device", sampling_device)
         self.seed = int(seed)
         self.compile_losses = bool(compile)  # not ``self.compile``: that is nn.Module's method
@@ -158,12 +155,8 @@ class MarlAlgorithm(EvaluationLoops, ABC):
         self.loop = self.build_loop(learner_arguments)
         self.loop.validate()
         self._validate_args()
-        hparams = {name: value.to_config() if isinstance(value, Configurable) else value
-                   for name, value in getattr(self, "_arguments", {}).items()}
-        # as save_hyperparameters(hparams) would, without its search of the callers' frames for init arguments
-        self._set_hparams(hparams)
-        self._hparams_initial = copy.deepcopy(self._hparams)
-        self._log_hyperparams = True
+        save_hyperparameters(self, {name: value.to_config() if isinstance(value, Configurable) else value
+                                    for name, value in getattr(self, "_arguments", {}).items()})
 
         # Counters (saved in checkpoint["lit_marl"]).
         self.frames = 0
@@ -179,10 +172,10 @@ class MarlAlgorithm(EvaluationLoops, ABC):
         # Runtime state: plain attributes (not submodules), rebuilt lazily.
         #: the training envs and one batch of frames per iteration (:class:`~lit_marl.algorithms.collection.Collection`)
         self.collection = Collection(self)
-        self._evaluator: Evaluator | None = None
+        #: the validation and test rollouts (:class:`~lit_marl.algorithms.evaluation.Evaluation`)
+        self.evaluation = Evaluation(self)
         self._restored: dict[str, Any] | None = None
         self._epoch_metrics: dict[str, list[torch.Tensor]] = defaultdict(list)
-        self._eval_rollouts: list[TensorDictBase] = []
         self._replay_buffer_map: dict[str, TensorDictReplayBuffer] | None = None
         #: the last iteration's training row as logged: ``{"step", "epoch", "metrics"}`` (checkpoints carry it)
         self.iteration_row: dict[str, Any] | None = None
@@ -259,6 +252,50 @@ class MarlAlgorithm(EvaluationLoops, ABC):
             return self.learners[self.groups[0]].policy
         return TensorDictSequential(*[self.learners[g].policy for g in self.groups])
 
+    # ------------------------------------------------------------------ envs: the collection's and the evaluation's
+    rank = property(lambda self: self.trainer.global_rank if attached_trainer(self) is not None else 0,
+                    doc="This process's index among the run's processes (0 outside a Trainer).")
+    world_size = property(lambda self: world_size_of(attached_trainer(self)), doc="Processes sharing the global sizes "
+                          "(``num_envs``, ``frames_per_batch``, minibatches, episodes).")
+
+    @property
+    def env_device(self) -> torch.device:
+        """Where the environments step: ``sampling_device``, else the module's (training) device."""
+        return torch.device(self.sampling_device) if self.sampling_device is not None else self.device
+
+    # ------------------------------------------------------------------ Lightning: evaluation (``self.evaluation``)
+    def evaluate(self, seed: int, num_envs: int) -> TensorDictBase:
+        """Roll out ``num_envs`` episodes seeded from ``seed`` with the evaluation settings; returns the rollout
+        ``[num_envs, max_steps]`` with ``("episode", "mask")`` marking each env's first episode."""
+        return self.evaluation.rollout(seed, num_envs)
+
+    def on_evaluation_end(self, episodes: list[TensorDictBase]) -> None:
+        """Hook: called with every evaluation's rollouts (override in a subclass)."""
+
+    @override
+    def val_dataloader(self) -> EvaluationBatches:
+        return self.evaluation.batches("val")
+
+    @override
+    def test_dataloader(self) -> EvaluationBatches:
+        return self.evaluation.batches("test")
+
+    @override
+    def validation_step(self, batch: dict[str, int], batch_idx: int) -> None:
+        self.evaluation.step(batch, "val")
+
+    @override
+    def test_step(self, batch: dict[str, int], batch_idx: int) -> None:
+        self.evaluation.step(batch, "test")
+
+    @override
+    def on_validation_epoch_end(self) -> None:
+        self.evaluation.end("val")
+
+    @override
+    def on_test_epoch_end(self) -> None:
+        self.evaluation.end("test")
+
     # ------------------------------------------------------------------ replay buffers
     def replay_buffers(self) -> dict[str, TensorDictReplayBuffer]:
         """One replay buffer per group of an off-policy learner (:func:`~lit_marl.data.replay.replay_buffer`), built on
@@ -276,21 +313,12 @@ class MarlAlgorithm(EvaluationLoops, ABC):
     def setup(self, stage: str) -> None:
         if self.trainer is None:
             return
-        # Checkpoints written atomically unless the user chose their own CheckpointIO.
-        strategy = self.trainer.strategy
         check_strategy(self.trainer)
         check_gradient_clipping(self.trainer.gradient_clip_val, self.trainer.gradient_clip_algorithm)
         check_shares(self, self.world_size, stage)
         if stage == "fit":
             check_resources(self, self.trainer)
-        if type(strategy.checkpoint_io) is TorchCheckpointIO:
-            strategy.checkpoint_io = AtomicCheckpointIO()
-        ckpt_path = self.trainer.ckpt_path
-        if ckpt_path and str(ckpt_path) not in ("last", "best", "hpc", "registry"):
-            meta = read_checkpoint(ckpt_path)["lit_marl"]
-            check_compatible(meta, self.algorithm_name, self.task.to_config(), f"ckpt_path {str(ckpt_path)!r}")
-        if self.world_size > 1 and not all(learner.on_policy for learner in self.learners.values()):
-            save_buffers_per_process(strategy)  # every process's replay buffers beside each checkpoint
+        prepare_checkpoints(self.trainer, self, with_buffers=not all(lr.on_policy for lr in self.learners.values()))
 
     @override
     def configure_callbacks(self) -> list[pl.Callback]:
@@ -343,19 +371,8 @@ class MarlAlgorithm(EvaluationLoops, ABC):
 
     @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        """One Adam over every group's parameter groups (``<group>/<role>``), each with its learner's ``lr`` and
-        ``adam_eps``."""
-        groups = []
-        for group, learner in self.learners.items():
-            for role, params in learner.param_groups().items():
-                params = [p for p in params if p.requires_grad]
-                if params:
-                    groups.append({"params": params, "name": f"{group}/{role}", "lr": learner.lr_of(role),
-                                   "eps": learner.adam_eps, "clip": f"{group}/{learner.clip_group(role)}"})
-        # the fused kernel updates every tensor of a group in one call (~0.6 ms less per step than the per-tensor
-        # loop for MLPs 256-256 on a CPU core; the same update to within one float rounding)
-        fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for g in groups for p in g["params"])
-        return torch.optim.Adam(groups, fused=fused or None)
+        """One Adam over every group's parameter groups, each with its learner's settings (:func:`~learner.adam`)."""
+        return adam(self.learners)
 
     @override
     def on_after_backward(self) -> None:
@@ -397,12 +414,8 @@ class MarlAlgorithm(EvaluationLoops, ABC):
 
     @override
     def on_train_epoch_end(self) -> None:
-        now = time.perf_counter()
-        timer = self.collection.timer
-        if "training_start" in timer:
-            self.record("timers/training_time", now - timer["training_start"])
-        if "iteration_start" in timer:
-            self.record("timers/iteration_time", now - timer["iteration_start"])
+        for name, seconds in self.collection.timings(time.perf_counter()).items():
+            self.record(name, seconds)
         self.iteration += 1
         metrics = reduce_means(self._epoch_metrics)  # pooled over every DDP process
         self._epoch_metrics.clear()
@@ -418,30 +431,15 @@ class MarlAlgorithm(EvaluationLoops, ABC):
     @override
     def teardown(self, stage: str) -> None:
         self.collection.close()
+        self.evaluation.close()
         super().teardown(stage)
 
     # ------------------------------------------------------------------ checkpoints
     @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        meta = checkpoint.setdefault("lit_marl", {})
-        meta.update(run_meta(self.algorithm_name, self.task, self.frames, self.iteration))
-        if self._replay_buffer_map is not None:
-            meta.update(buffers_meta(self._replay_buffer_map, self.world_size, f"f{self.frames}s{self.global_step}"))
-        learner_states = {g: learner.checkpoint_state() for g, learner in self.learners.items()}
-        if any(learner_states.values()):
-            meta["target_updaters"] = learner_states
+        save_run_state(checkpoint, self, self._replay_buffer_map)
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        migrate_state_dict(checkpoint)  # weights saved before the learners (format 1) under their names of today
-        meta = checked_meta(checkpoint, self.algorithm_name, self.task, self.state_dict())
-        self.frames = int(meta["frames"])
-        self.iteration = int(meta["iteration"])
-        # RNG state is applied right before the next collection (after the envs are built).
-        self._restored = dict(meta)
-        for group, state in meta.get("target_updaters", {}).items():
-            self.learners[group].load_checkpoint_state(state)
-        if "rank_buffers" in meta:  # a DDP run's: each process's buffers in a sidecar file
-            buffers = rank_buffers(meta["rank_buffers"], Path(str(self.trainer.ckpt_path)), self.rank, self.world_size)
-            if buffers is not None:
-                self._restored["replay_buffers"] = buffers
+        # the counters and learners' states now; the RNG state and buffers (``restored``) when collection starts
+        self._restored = load_run_state(checkpoint, self)

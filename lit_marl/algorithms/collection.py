@@ -1,26 +1,119 @@
-"""Collection for a run: the training envs' :class:`~lit_marl.data.Sampler` (built lazily, on this process's share of
-the envs), one batch of frames per iteration with the counters and ``collection/…`` metrics it moves, and the
-``on_batch_collected`` hooks.
+"""Collection for a run: how every env of the run is built, the training envs and their torchrl ``Collector``
+(:class:`Sampler`, seeded resets at episode boundaries), one batch of frames per iteration with the counters and
+``collection/…`` metrics it moves, and the ``on_batch_collected`` hooks.
 
 :class:`Collection` is a collaborator the run holds (``run.collection``), not a layer of its class: it reads what the
-run sets (``task``, ``groups``, ``learners``, ``seed``, ``num_envs``, ``frames_per_batch``, ``collect_with_grad``,
-``rank``, ``world_size``, the counters ``frames`` / ``iteration``) and moves the frame counter and ``record``s.
+run sets (``task``, ``groups``, ``learners``, ``policies``, ``critics``, ``seed``, ``num_envs``, ``frames_per_batch``,
+``collect_with_grad``, ``env_device``, ``rank``, ``world_size``, the counters ``frames`` / ``iteration``) and moves the
+frame counter and ``record``s. With ``collect_with_grad`` the :class:`~lit_marl.data.differentiable.DifferentiableSampler`
+stands in for the :class:`Sampler`.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
+import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
+from torchrl.collectors import Collector
+from torchrl.data import Composite
+from torchrl.envs import EnvBase, InitTracker, TensorDictPrimer, Transform
 
 from lit_marl.callbacks import call_marl_hook
-from lit_marl.data import Sampler
-from lit_marl.data.collection import collection_metrics
 from lit_marl.data.differentiable import DifferentiableSampler
+from lit_marl.envs.base import Task
 from lit_marl.lightning_adapter import attached_trainer
-from lit_marl.utils import set_rng_state
+from lit_marl.models.recurrent import recurrent_state_specs
+from lit_marl.utils import derived_seed, isolated_rng, set_rng_state
+
+
+class Sampler:
+    """Owns the training envs and their torchrl :class:`~torchrl.collectors.Collector`.
+
+    Built lazily (on the module's device) and never a submodule of the LightningModule.
+    Whenever every episode ended on the last step of a batch (and at the very first batch, or
+    after a resume), the envs are reset from a seed derived from ``(seed, rank, iteration)``:
+    an interrupted run then restarts exactly where an uninterrupted one would continue.
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        policy: TensorDictModuleBase,
+        num_envs: int,
+        frames_per_batch: int,
+        seed: int,
+        rank: int = 0,
+        device: torch.device | str = "cpu",
+        transforms: Sequence[Transform] = (),
+        env_device: torch.device | str | None = None,
+    ) -> None:
+        self.task = task
+        self.seed = seed
+        self.rank = rank
+        with task.isolated_rng():
+            env_device = device if env_device is None else env_device
+            self.env = task.make_env(num_envs=num_envs, seed=seed, device=env_device)
+            for transform in transforms:  # e.g. the algorithm's recurrent-state primer
+                self.env.append_transform(transform)
+            self.collector = Collector(
+                self.env,
+                policy,
+                frames_per_batch=frames_per_batch,
+                total_frames=-1,
+                env_device=env_device,  # where the envs step
+                policy_device=device,  # where the policy runs, and the batch is stored for training
+                storing_device=device,
+                auto_register_policy_transforms=False,
+            )
+        self._at_episode_boundary = True
+
+    def collect(self, iteration: int) -> TensorDictBase:
+        """One batch shaped ``[num_envs, frames_per_batch // num_envs]``."""
+        if self._at_episode_boundary:
+            # isolated, so the reset seed does not change the policy's sampling stream; the simulator's
+            # own generator deliberately continues from this seed for the rest of the iteration
+            with isolated_rng():
+                self.env.set_seed(derived_seed(self.seed, self.rank, iteration))
+                self.collector.reset()
+        batch = self.collector.next()
+        last = batch[..., -1]
+        # "done" entries only: an episode that ended by truncation (PettingZoo's max_cycles) is not terminated
+        self._at_episode_boundary = all(bool(last.get(("next", *_as_tuple(k))).all()) for k in self.env.done_keys
+                                        if _as_tuple(k)[-1] == "done")
+        return batch
+
+    def close(self) -> None:
+        self.collector.shutdown()
+        if not self.env.is_closed:
+            self.env.close()
+
+
+def _as_tuple(key) -> tuple:
+    return key if isinstance(key, tuple) else (key,)
+
+
+def collection_metrics(groups: Sequence[str], batch: TensorDictBase) -> dict[str, torch.Tensor]:
+    """Per group the mean reward of a collected batch and the mean return of the episodes that ended in it, and
+    the mean of those returns over groups (``collection/…``)."""
+    nxt = batch.get("next")
+    metrics, returns = {}, []
+    for group in groups:
+        done = nxt.get((group, "done"), None)
+        if done is None:  # VMAS reports done once for all agents, at the root
+            done = nxt.get("done")
+        finished = done.reshape(*batch.batch_size, -1).any(-1)  # [*B]
+        metrics[f"collection/{group}/reward/reward_mean"] = nxt.get((group, "reward")).mean()
+        if finished.any():
+            episode_reward = nxt.get((group, "episode_reward")).reshape(*batch.batch_size, -1).mean(-1)
+            returns.append(episode_reward[finished].mean())
+            metrics[f"collection/{group}/reward/episode_reward_mean"] = returns[-1]
+    if returns:
+        metrics["collection/reward/episode_reward_mean"] = torch.stack(returns).mean()
+    return metrics
 
 
 class Collection:
@@ -32,6 +125,24 @@ class Collection:
         self.sampler: Sampler | DifferentiableSampler | None = None
         #: when the current iteration's collection and its training started (``time.perf_counter``)
         self.timer: dict[str, float] = {}
+
+    def env_transforms(self) -> list[Transform]:
+        """Transforms every env of this run needs on top of the task's: with recurrent networks, the episode start
+        flag ``is_init`` and zero hidden states from the first step."""
+        specs: dict = {}
+        for module in (*self.run.policies.values(), *self.run.critics.values()):
+            specs.update(recurrent_state_specs(module))
+        if not specs:
+            return []
+        specs = Composite({key: spec.to(self.run.env_device) for key, spec in specs.items()})
+        return [InitTracker(), TensorDictPrimer(specs, expand_specs=True)]
+
+    def make_env(self, num_envs: int, seed: int | None = None) -> EnvBase:
+        """The task's batched env with :meth:`env_transforms` (what evaluation steps; the Sampler builds the same)."""
+        env = self.run.task.make_env(num_envs=num_envs, seed=seed, device=self.run.env_device)
+        for transform in self.env_transforms():
+            env.append_transform(transform)
+        return env
 
     def policy(self) -> TensorDictModuleBase:
         """What steps the training envs: each learner's collection policy (off-policy learners add exploration)."""
@@ -52,7 +163,7 @@ class Collection:
                 rank=run.rank,
                 device=run.device,
                 env_device=run.env_device,
-                transforms=run.env_transforms(),
+                transforms=self.env_transforms(),
             )
         return self.sampler
 
@@ -80,6 +191,11 @@ class Collection:
 
     def mark_training_start(self) -> None:
         self.timer["training_start"] = time.perf_counter()
+
+    def timings(self, now: float) -> dict[str, float]:
+        """Seconds since this iteration's collection and its training started (``timers/…``), where they did."""
+        return {f"timers/{what}_time": now - self.timer[f"{what}_start"] for what in ("training", "iteration")
+                if f"{what}_start" in self.timer}
 
     def close(self) -> None:
         if self.sampler is not None:

@@ -1,7 +1,8 @@
 """What one agent group learns: :class:`GroupLearner`.
 
 A learner owns one group's networks (``policy``, ``critic``), its torchrl loss (``objective``), its optimizer
-parameter groups and how their gradients are clipped together, what it does to a collected batch before training
+parameter groups and how their gradients are clipped together (:func:`adam`, :func:`clip_per_loss`: the run's
+one optimizer and its clipping per loss, as BenchMARL clips), what it does to a collected batch before training
 (:meth:`GroupLearner.process_batch`), the keys it trains on and the loss terms of a minibatch. Off-policy learners
 (:class:`~lit_marl.algorithms.off_policy.OffPolicyLearner`) add exploration, replay settings, target networks and
 priorities. The run (:class:`~lit_marl.algorithms.MarlAlgorithm`, the LightningModule) collects, evaluates, loops,
@@ -12,6 +13,7 @@ of the run it may read (:class:`RunFacts`), and nothing else flows back.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -212,6 +214,53 @@ class GroupLearner(nn.Module, ABC):
 
     def load_checkpoint_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`checkpoint_state`."""
+
+
+def adam(learners: Mapping[str, GroupLearner]) -> torch.optim.Adam:
+    """One Adam over every group's parameter groups (``<group>/<role>``), each with its learner's ``lr_of(role)`` and
+    ``adam_eps``, and the name of the gradients it is clipped with (``clip``: ``<group>/<clip_group(role)>``, what
+    :func:`clip_per_loss` reads)."""
+    groups = []
+    for group, learner in learners.items():
+        for role, params in learner.param_groups().items():
+            params = [p for p in params if p.requires_grad]
+            if params:
+                groups.append({"params": params, "name": f"{group}/{role}", "lr": learner.lr_of(role),
+                               "eps": learner.adam_eps, "clip": f"{group}/{learner.clip_group(role)}"})
+    # the fused kernel updates every tensor of a group in one call (~0.6 ms less per step than the per-tensor loop for
+    # MLPs 256-256 on a CPU core; the same update to within one float rounding)
+    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for g in groups for p in g["params"])
+    return torch.optim.Adam(groups, fused=fused or None)
+
+
+def clip_per_loss(optimizer: torch.optim.Optimizer, clip_val: float | None, algorithm: str | None,
+                  skip_non_finite: Callable[[str], bool]) -> dict[str, torch.Tensor]:
+    """Clip the gradients of each clip group (the ``clip`` name of the optimizer's parameter groups: a learner's
+    ``clip_group``) by that group's own total norm, by ``clip_val`` (None or 0: no clipping, as in Lightning;
+    ``algorithm`` ``"value"`` clips each gradient's values instead). Returns each group's norm before clipping, in
+    order. A norm that is not finite is reported to ``skip_non_finite`` (the NaN policy: it raises, or returns whether
+    to skip the step); to skip, every gradient is dropped (Adam leaves a parameter without one alone) and the norms so
+    far are returned."""
+    clip_groups: dict[str, list[torch.Tensor]] = {}
+    for param_group in optimizer.param_groups:
+        name = param_group.get("clip", param_group.get("name"))
+        clip_groups.setdefault(name, []).extend(p for p in param_group["params"] if p.grad is not None)
+    norms: dict[str, torch.Tensor] = {}
+    for name, params in clip_groups.items():
+        if not params:
+            continue
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params])  # once: checked, clipped with, reported
+        if not torch.isfinite(norm) and skip_non_finite(f"gradient of {name} is {norm.item()} (norm)"):
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    p.grad = None
+            return norms
+        if clip_val and algorithm == "value":
+            torch.nn.utils.clip_grad_value_(params, clip_val)
+        elif clip_val:
+            torch.nn.utils.clip_grads_with_norm_(params, float(clip_val), norm)
+        norms[name] = norm
+    return norms
 
 
 class _CudaGraphOutputs:

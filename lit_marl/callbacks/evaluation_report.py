@@ -98,7 +98,8 @@ class EvaluationReport(MarlCallback):
     def on_test_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                           batch_idx: int, dataloader_idx: int = 0) -> None:
         """Show the running mean return (and success rate) on Lightning's test progress bar."""
-        rollouts = getattr(pl_module, "_eval_rollouts", None)
+        evaluation = getattr(pl_module, "evaluation", None)
+        rollouts = evaluation.rollouts if evaluation is not None else None
         bar = getattr(trainer.progress_bar_callback, "test_progress_bar", None)
         if not rollouts or bar is None:
             return
@@ -183,7 +184,7 @@ class EvaluationReport(MarlCallback):
 
 def _render(module, batch: dict[str, int], env_indices: list[int]) -> tuple[dict[int, list], TensorDictBase]:
     """Replay an evaluation batch of ``module`` with its evaluation settings, rendering ``env_indices``."""
-    return module.evaluator.render(module.evaluation_policy, batch["seed"], batch["num_envs"], env_indices,
+    return module.evaluation.evaluator.render(module.evaluation.policy, batch["seed"], batch["num_envs"], env_indices,
                                    module.evaluation_deterministic)
 
 

@@ -24,7 +24,7 @@ from lit_marl.utils import derived_seed, isolated_rng
 
 
 class DifferentiableSampler:
-    """What :class:`~lit_marl.data.collection.Sampler` does (same arguments, same seeded resets at episode
+    """What :class:`~lit_marl.algorithms.collection.Sampler` does (same arguments, same seeded resets at episode
     boundaries, same ``[num_envs, frames_per_batch // num_envs]`` batches), with rollouts that keep the graph.
 
     Episodes in flight continue into the next batch from a detached copy of the last step, so each batch's graph

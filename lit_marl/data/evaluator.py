@@ -1,4 +1,4 @@
-"""Evaluation rollouts, beside training collection (:class:`~lit_marl.data.collection.Sampler`).
+"""Evaluation rollouts, beside training collection (:class:`~lit_marl.algorithms.collection.Sampler`).
 
 An evaluation rollout is ``[num_envs, max_steps]``: batched simulators such as VMAS keep stepping an env after
 its episode ended (it auto-resets), so ``("episode", "mask")`` marks the steps of each env's *first* episode, the

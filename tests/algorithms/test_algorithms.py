@@ -243,7 +243,7 @@ def test_sampling_device_is_where_collection_and_evaluation_ask_for_their_envs(m
         raise _EnvRequested
 
     monkeypatch.setattr(task, "make_env", make_env)
-    for ask in (lambda: model.make_env(2), model.collection.get_sampler, lambda: model.evaluate(seed=0, num_envs=2)):
+    for ask in (lambda: model.collection.make_env(2), model.collection.get_sampler, lambda: model.evaluate(seed=0, num_envs=2)):
         with pytest.raises(_EnvRequested):
             ask()
     assert requested == [torch.device(expected)] * 3

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lit_marl.algorithms import MAPPO
+from lit_marl.data.evaluator import episode_returns
 from lit_marl.envs import VmasTask
 from lit_marl.models import Mlp
 
@@ -22,7 +23,7 @@ ITERATIONS = 14
 
 def _mean_return(model: MAPPO, episodes: int = 50) -> float:
     rollout = model.evaluate(seed=12345, num_envs=episodes)
-    return torch.stack(list(model.episode_returns(rollout).values())).mean().item()
+    return torch.stack(list(episode_returns(model.groups, rollout).values())).mean().item()
 
 
 def returns_before_and_after(model, tmp_path) -> tuple[float, float]:

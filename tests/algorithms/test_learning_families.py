@@ -10,13 +10,14 @@ import pytest
 import torch
 
 from lit_marl.algorithms import IPPO, MADDPG, MAPPO
+from lit_marl.data.evaluator import episode_returns
 from lit_marl.envs import LbfTask, MaMuJoCoTask, RwareTask
 from lit_marl.models import Mlp
 
 
 def _mean_return(model, episodes: int) -> float:
     rollout = model.evaluate(seed=12345, num_envs=episodes)
-    return torch.stack(list(model.episode_returns(rollout).values())).mean().item()
+    return torch.stack(list(episode_returns(model.groups, rollout).values())).mean().item()
 
 
 def _train(model, clip: float, tmp_path) -> None:

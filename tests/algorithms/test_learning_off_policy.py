@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from lit_marl.algorithms import HASAC, IDDPG, ISAC, MADDPG, MASAC
+from lit_marl.data.evaluator import episode_returns
 from lit_marl.envs import VmasTask
 from lit_marl.models import Mlp
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.learning
 
 def _mean_return(model, episodes: int = 50) -> float:
     rollout = model.evaluate(seed=12345, num_envs=episodes)
-    return torch.stack(list(model.episode_returns(rollout).values())).mean().item()
+    return torch.stack(list(episode_returns(model.groups, rollout).values())).mean().item()
 
 
 def _learn(algorithm, task, seed, iterations, **kwargs):

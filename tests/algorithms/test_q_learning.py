@@ -8,6 +8,7 @@ import torch
 from torchrl.modules import QMixer
 
 from lit_marl.algorithms import IQL, MAPPO, QMIX, VDN
+from lit_marl.data.evaluator import episode_returns
 from lit_marl.errors import ConfigError
 from lit_marl.models import Mlp
 from tests.helpers.tiny import tiny_task, tiny_trainer
@@ -97,7 +98,7 @@ def test_value_based_algorithms_learn_navigation(algorithm):
                       exploration_anneal_frames=27_000)
 
     def mean_return() -> float:
-        return model.episode_returns(model.evaluate(seed=12345, num_envs=50))["agents"].mean().item()
+        return episode_returns(model.groups, model.evaluate(seed=12345, num_envs=50))["agents"].mean().item()
 
     before = mean_return()
     pl.Trainer(max_epochs=-1, gradient_clip_val=5.0, logger=False, enable_checkpointing=False, enable_progress_bar=False,

@@ -50,7 +50,7 @@ def test_hidden_state_is_zeroed_exactly_where_an_episode_starts(kind):
 def test_collected_hidden_states_restart_at_every_episode(tmp_path):
     torch.manual_seed(0)
     model = MAPPO(tiny_task(max_steps=5), **tiny_kwargs(actor_model=Gru(hidden_size=8), critic_model=Lstm(hidden_size=8)))
-    env = model.make_env(4, seed=0)
+    env = model.collection.make_env(4, seed=0)
     with torch.no_grad():
         rollout = env.rollout(13, policy=model.collection.policy(), break_when_any_done=False)
     starts = rollout["is_init"][..., 0]

@@ -1,5 +1,5 @@
 """The rooms of lit_marl/data and lit_marl/callbacks on their own: per-group replay buffers (data/replay.py), the
-first-episode mask and returns (data/evaluator.py), collection metrics (data/collection.py) and the callbacks an
+first-episode mask and returns (data/evaluator.py) and the callbacks an
 algorithm brings to a plain Trainer (callbacks/)."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from torchrl.data import LazyMemmapStorage, LazyTensorStorage, RandomSampler, Sl
 
 from lit_marl.algorithms import MAPPO
 from lit_marl.callbacks import FrameBudget, MetricsFileRepair, NumericalFaultPolicy, PreemptionCheckpoint
-from lit_marl.data.collection import collection_metrics
 from lit_marl.data.evaluator import episode_returns, first_episode_mask
 from lit_marl.data.replay import ReplayShape, TensorPrioritizedSampler, buffer_state, group_buffers
 from lit_marl.models import Mlp
@@ -70,16 +69,6 @@ def test_the_first_episode_mask_ends_with_the_step_that_ended_it():
     assert mask.tolist() == [[True, True, False, False], [True, True, True, True]]
     rollout.set(("episode", "mask"), mask)
     assert episode_returns(["g"], rollout)["g"].tolist() == [2.0, 4.0]  # only the first episode's steps count
-
-
-def test_collection_metrics_average_the_episodes_that_ended():
-    rollout = _rollout([[False, True, False, True], [False, False, False, False]])
-    rollout.set(("next", "g", "episode_reward"), torch.arange(8.0).reshape(2, 4, 1, 1).expand(2, 4, 3, 1).clone())
-    metrics = collection_metrics(["g"], rollout)
-    assert metrics["collection/g/reward/reward_mean"] == 1.0
-    assert metrics["collection/g/reward/episode_reward_mean"] == (1.0 + 3.0) / 2  # env 0's steps 1 and 3
-    assert metrics["collection/reward/episode_reward_mean"] == 2.0
-    assert "collection/g/reward/episode_reward_mean" not in collection_metrics(["g"], _rollout([[False] * 4]))
 
 
 def test_a_plain_trainer_gets_the_algorithms_own_callbacks(tmp_path):

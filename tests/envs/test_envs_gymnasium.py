@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lit_marl.algorithms import IQL, MADDPG, MAPPO
+from lit_marl.data.evaluator import episode_returns
 from lit_marl.envs import GymnasiumTask, Task
 from lit_marl.errors import ConfigError
 from lit_marl.models import Mlp
@@ -120,7 +121,7 @@ def test_ppo_balances_cartpole(tmp_path):
                   max_frames=2000 * CARTPOLE_ITERATIONS, evaluation_episodes=10)
 
     def mean_return() -> float:
-        return model.episode_returns(model.evaluate(seed=4321, num_envs=10))["agent"].mean().item()
+        return episode_returns(model.groups, model.evaluate(seed=4321, num_envs=10))["agent"].mean().item()
 
     before = mean_return()
     pl.Trainer(max_epochs=-1, gradient_clip_val=5.0, logger=False, enable_checkpointing=False,

@@ -12,6 +12,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lit_marl.algorithms import IQL, MAPPO, MASAC
+from lit_marl.data.evaluator import episode_returns
 from lit_marl.envs import PETTINGZOO_TASKS, PettingZooTask, Task
 from lit_marl.errors import ConfigError
 from lit_marl.models import Mlp
@@ -311,7 +312,7 @@ def test_mappo_raises_the_return_on_simple_spread(tmp_path, seed):
 
     def mean_return() -> float:
         rollout = model.evaluate(seed=12345, num_envs=20)
-        return torch.stack(list(model.episode_returns(rollout).values())).mean().item()
+        return torch.stack(list(episode_returns(model.groups, rollout).values())).mean().item()
 
     before = mean_return()
     pl.Trainer(max_epochs=-1, gradient_clip_val=5.0, logger=False, enable_checkpointing=False,

@@ -28,7 +28,7 @@ HAS_ONNXRUNTIME = importlib.util.find_spec("onnxruntime") is not None
 
 def _observed(module, steps: int = 6, num_envs: int = 3) -> TensorDict:
     """Real observations: a deterministic rollout of the module's own policy, flattened to ``[num_envs * steps]``."""
-    env = module.make_env(num_envs, seed=1)
+    env = module.collection.make_env(num_envs, seed=1)
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
         rollout = env.rollout(steps, policy=module.policy, break_when_any_done=False)
     env.close()
