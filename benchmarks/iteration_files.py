@@ -51,22 +51,31 @@ class CallsOfOneIteration(pl.Callback):
         sys.setprofile(None)
 
 
+def files_of_one_iteration(algorithm: str) -> dict[str, set[str]]:
+    """The lit-marl functions (qualified names) one training iteration of ``algorithm`` calls, by file (relative to
+    the package)."""
+    cls = algorithms_by_name()[algorithm]
+    sizes = ({"minibatch_size": 300, "n_minibatch_iters": 1} if cls.on_policy else
+             {"train_batch_size": 128, "n_optimizer_steps": 2})
+    model = cls(task=VmasTask("balance", max_steps=20), frames_per_batch=600, num_envs=10, max_frames=1800, **sizes)
+    calls = CallsOfOneIteration()
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            pl.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                       enable_model_summary=False, limit_val_batches=0, callbacks=[calls],
+                       default_root_dir=folder).fit(model)
+        finally:
+            sys.setprofile(None)
+    return dict(calls.functions)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algorithm", default="mappo", choices=sorted(algorithms_by_name()))
     args = parser.parse_args(argv)
-    algorithm = algorithms_by_name()[args.algorithm]
-    sizes = ({"minibatch_size": 300, "n_minibatch_iters": 1} if algorithm.on_policy else
-             {"train_batch_size": 128, "n_optimizer_steps": 2})
-    model = algorithm(task=VmasTask("balance", max_steps=20), frames_per_batch=600, num_envs=10, max_frames=1800,
-                      **sizes)
-    calls = CallsOfOneIteration()
-    with tempfile.TemporaryDirectory() as folder:
-        pl.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                   enable_model_summary=False, limit_val_batches=0, callbacks=[calls],
-                   default_root_dir=folder).fit(model)
-    loop = {f: n for f, n in sorted(calls.functions.items()) if not f.startswith(STEPPED)}
-    stepped = {f: n for f, n in sorted(calls.functions.items()) if f.startswith(STEPPED)}
+    functions = files_of_one_iteration(args.algorithm)
+    loop = {f: n for f, n in sorted(functions.items()) if not f.startswith(STEPPED)}
+    stepped = {f: n for f, n in sorted(functions.items()) if f.startswith(STEPPED)}
     print(f"{args.algorithm}: lit-marl files one training iteration runs code from\n")
     print(f"the loop's ({len(loop)} files, callbacks/ as one room: "
           f"{len({f.split('/')[0] if f.startswith('callbacks/') else f for f in loop})}):")

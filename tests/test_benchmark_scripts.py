@@ -1,5 +1,6 @@
 """The benchmark scripts run on CPU with tiny sizes: the prepared device check (benchmarks/gpu.sh), the collection
-breakdowns (benchmarks/collection.py, benchmarks/collection_families.py), the weights comparison between versions (benchmarks/weights.py) and the learning
+breakdowns (benchmarks/collection.py, benchmarks/collection_families.py), the files one iteration runs
+(benchmarks/iteration_files.py), the weights comparison between versions (benchmarks/weights.py) and the learning
 curve of a run (benchmarks/curves.py)."""
 
 from __future__ import annotations
@@ -161,3 +162,18 @@ def test_the_reseeding_table_compares_the_two_arms_over_seeds(tmp_path, monkeypa
     assert result["shipped"]["reseeds"] == [18, 18, 18] and result["one_stream"]["reseeds"] == [1, 1, 1]
     assert result["difference"]["mean_difference"]["value"] == pytest.approx(1.0)
     assert json.loads((tmp_path / "qmix_table.json").read_text())["one_stream"]["after"] == [2.0, 3.0, 4.0]
+
+
+def test_one_mappo_iteration_runs_the_loops_code_in_six_files():
+    """benchmarks/iteration_files.py (issue 35 item 1): what one MAPPO iteration calls of lit-marl, apart from the
+    task's envs, the networks and three helper modules called by name, lives in the loop, the collection, the PPO
+    learner and its base, the run and the callbacks (6 files with callbacks/ as one)."""
+    module = _script("iteration_files")
+    functions = module.files_of_one_iteration("mappo")
+    helpers = {"distributed.py", "lightning_adapter.py", "utils.py"}
+    own = {f.split("/")[0] if f.startswith("callbacks/") else f for f in functions
+           if not f.startswith(module.STEPPED) and f not in helpers}
+    assert own == {"algorithms/loops.py", "algorithms/collection.py", "algorithms/ppo.py", "algorithms/learner.py",
+                   "algorithms/base.py", "callbacks"}
+    assert "clip_per_loss" in functions["algorithms/learner.py"]  # the clipping ran, where the learners are
+    assert {"Sampler.collect", "Collection.collect"} <= functions["algorithms/collection.py"]
