@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_marl import __version__
 from lit_marl.atomic import atomic_target
@@ -310,8 +311,6 @@ def rank_buffers(saved: dict[str, Any], ckpt_path: Path, rank: int, world_size: 
     """Process ``rank``'s replay buffers of a DDP checkpoint (``saved``: its ``rank_buffers`` entry), read from their
     sidecar file; None, with a warning, where the checkpoint was written by another number of processes."""
     if saved["world_size"] != world_size:
-        from lightning.pytorch.utilities import rank_zero_warn
-
         rank_zero_warn(f"lit-marl: the checkpoint's replay buffers belong to {saved['world_size']} processes and "
                        f"this run has {world_size}; training continues with empty buffers")
         return None

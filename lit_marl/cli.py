@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import torch
 from jsonargparse import Namespace
+from lightning.pytorch.accelerators import CUDAAccelerator, MPSAccelerator, XLAAccelerator
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from typing_extensions import override
@@ -351,8 +352,6 @@ def check_accelerator(accelerator: Any) -> None:
     raised a MisconfigurationException with a traceback)."""
     if not isinstance(accelerator, str) or accelerator not in ("gpu", "cuda", "mps", "tpu"):
         return
-    from lightning.pytorch.accelerators import CUDAAccelerator, MPSAccelerator, XLAAccelerator
-
     found = {"cuda": CUDAAccelerator.is_available(), "mps": MPSAccelerator.is_available(),
              "tpu": XLAAccelerator.is_available()}
     found["gpu"] = found["cuda"] or found["mps"]

@@ -3,9 +3,12 @@ line are merged into the config file's dict instead of replacing it."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 
 #: a task's dict of simulator arguments: given on the command line, merged into the config file's dict
@@ -22,8 +25,6 @@ def merge_simulator_kwargs(argv: list[str], notices: list[str] | None = None) ->
     ``package_mass``): the argument is rewritten to the merged dict before parsing (so ``--print_config`` and the
     run's ``config.yaml`` show it) and stderr says so (``notices`` collects those lines instead, for the caller to
     print once the config has built). To drop a key, give the whole dict in a config file."""
-    import json
-
     argv, files = list(argv), []
     say = notices.append if notices is not None else (lambda line: print(line, file=sys.stderr))
     for i, arg in enumerate(argv):
@@ -67,8 +68,6 @@ def _task_field(name: str) -> str | None:
 def _task_arguments(argv: list[str]):
     """``(index, name, field, value)`` of each task field the command line sets (``--name value`` or ``--name=value``),
     the value read as YAML; one without a value, or not YAML, is left to the parser, which names it."""
-    import yaml
-
     for i, arg in enumerate(argv):
         name, inline, text = arg.partition("=")
         field = _task_field(name)
@@ -97,8 +96,6 @@ def _switched_scenario(argv: list[str], files: list[str]) -> dict[str, tuple[str
 
 def task_argument_in_files(files: list[str], field: str) -> Any:
     """The value of ``model.init_args.task.init_args.<field>`` in the last of these YAML files that sets it."""
-    import yaml
-
     value = None
     for path in files:
         try:

@@ -24,6 +24,7 @@ from contextvars import ContextVar
 from typing import Any, NoReturn
 
 import yaml
+from jsonargparse import ArgumentParser
 from lightning.pytorch.cli import LightningArgumentParser
 from typing_extensions import override
 
@@ -240,8 +241,6 @@ def _init_args(class_path: str) -> list[str]:
     except (ImportError, AttributeError, ValueError):
         return []
     try:
-        from jsonargparse import ArgumentParser
-
         probe = ArgumentParser(exit_on_error=False)
         probe.add_class_arguments(cls, fail_untyped=False, sub_configs=True)
         keys = {a.dest.split(".")[0] for a in probe._actions if a.dest not in ("help", "config")}

@@ -7,6 +7,7 @@ the field, the value and what is allowed.
 from __future__ import annotations
 
 import collections.abc
+import difflib
 import math
 import types
 import typing
@@ -147,8 +148,6 @@ def check_types(function: Any, values: dict[str, Any], prefix: str = "") -> None
 def did_you_mean(name: str, choices, cutoff: float = 0.5, prefix: str = "") -> str:
     """``"did you mean 'a', 'b'? "`` for the up to three ``choices`` closest to a mistyped ``name`` (each shown with
     ``prefix``), or ``""`` when none is close."""
-    import difflib
-
     close = difflib.get_close_matches(name, list(choices), n=3, cutoff=cutoff)
     return f"did you mean {', '.join(repr(prefix + c) for c in close)}? " if close else ""
 

@@ -7,10 +7,14 @@ one of these breaks here, visibly, and nowhere else.
 from __future__ import annotations
 
 import copy
+import csv
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.fabric.loggers.csv_logs import _ExperimentWriter
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
 
 from lit_marl.atomic import atomic_target
 
@@ -47,8 +51,6 @@ def take_pending_sigterm(trainer: pl.Trainer) -> bool:
 def _atomic_csv_rewrite(self, fieldnames: list[str]) -> None:
     """``_ExperimentWriter._rewrite_with_new_header`` through a temporary file and a rename (Lightning truncates
     ``metrics.csv`` and writes it again in place, so a kill in between would cut every row written before)."""
-    import csv
-
     path = Path(self.metrics_file_path)
     with open(path, newline="") as f:
         metrics = list(csv.DictReader(f))
@@ -61,9 +63,6 @@ def _atomic_csv_rewrite(self, fieldnames: list[str]) -> None:
 def atomic_csv_rewrites(logger: Any) -> None:
     """Make a Lightning ``CSVLogger`` on a local file system replace ``metrics.csv`` atomically when a new column
     appears (the first evaluation, the first finished episode); appends stay as Lightning writes them."""
-    from lightning.fabric.loggers.csv_logs import _ExperimentWriter
-    from lightning.pytorch.loggers import CSVLogger
-
     if not isinstance(logger, CSVLogger) or getattr(logger._fs, "protocol", "file") not in ("file", ("file", "local")):
         return
     experiment = logger.experiment
@@ -75,8 +74,6 @@ def atomic_csv_rewrites(logger: Any) -> None:
 def last_checkpoint_is_current(callback: Any, trainer: pl.Trainer) -> bool:
     """Whether ``ModelCheckpoint`` already wrote its ``last`` checkpoint at this optimizer step (its private
     ``_last_global_step_saved`` is the only record of when it last saved)."""
-    from lightning.pytorch.callbacks import ModelCheckpoint
-
     return (isinstance(callback, ModelCheckpoint) and bool(callback.last_model_path)
             and Path(callback.last_model_path).stem.startswith(callback.CHECKPOINT_NAME_LAST)
             and callback._last_global_step_saved == trainer.global_step and trainer.global_step > 0)
@@ -86,8 +83,6 @@ def adopt_last_checkpoint(callback: Any, trainer: pl.Trainer, path: Path) -> Non
     """Make ``path`` (written by lit-marl at the end of training) ``ModelCheckpoint``'s own last checkpoint: its
     ``on_train_end`` would otherwise write it again, or, finding a file it did not write, a second ``last-v1.ckpt``
     (it reads the private ``_last_checkpoint_saved`` and ``_last_global_step_saved`` for that)."""
-    from lightning.pytorch.callbacks import ModelCheckpoint
-
     if isinstance(callback, ModelCheckpoint):
         callback.last_model_path = str(path)
         callback._last_checkpoint_saved = str(path)

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from lit_marl.errors import ConfigError
 
 #: a shape check: what is wrong with the parsed data, or None
@@ -115,8 +117,6 @@ def read_json(path: str | os.PathLike, what: str, allowed: str, shape: Shape | N
 
 def read_yaml(path: str | os.PathLike, what: str, allowed: str, shape: Shape | None = None) -> Any:
     """A YAML file's data, refused by name as :func:`read_json` refuses a JSON file."""
-    import yaml
-
     text = read_text(path, what, allowed, "YAML")
     try:
         data = yaml.safe_load(text)

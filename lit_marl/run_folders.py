@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from jsonargparse import Namespace
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from lit_marl.errors import ConfigError
 
@@ -87,16 +88,12 @@ def _logger_class(class_path: Any) -> type | None:
 
 
 def _versioned(cls: type) -> bool:
-    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-
     return issubclass(cls, (CSVLogger, TensorBoardLogger))
 
 
 def unversioned_run_folder_logger(trainer: Any) -> Any:
     """The logger whose ``version_<n>`` folder is this run's (the first, a CSV or TensorBoard logger on the local
     file system) when the user fixed no version; None otherwise."""
-    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-
     loggers = trainer.loggers
     if not loggers or not isinstance(loggers[0], (CSVLogger, TensorBoardLogger)):
         return None

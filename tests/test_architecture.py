@@ -171,6 +171,28 @@ def test_lit_marl_modules_are_imported_at_the_top_and_no_private_name_across_mod
     assert not private, private
 
 
+#: the packages a function may import where it needs them: optional ones (lit-marl's extras: a missing one is refused
+#: by name where it is needed), never the standard library or a dependency lit-marl always has
+OPTIONAL_PACKAGES = {"optuna", "submitit", "matplotlib", "scipy", "av", "PIL", "tensorboard", "onnxruntime", "mujoco",
+                     "gymnasium_robotics", "rware", "pettingzoo"}
+
+
+def test_only_optional_packages_are_imported_inside_functions():
+    """Issue 35 item 3: "imports inside functions only where a package is optional" (``__main__``'s import of the
+    CLI apart): the standard library, torch, Lightning, torchrl, jsonargparse and YAML are imported at the top."""
+    inside = {}
+    for path in _sources():
+        tree = ast.parse(path.read_text())
+        top = {id(node) for node in tree.body}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                for name in names:
+                    if name.split(".")[0] not in OPTIONAL_PACKAGES | {"lit_marl"}:
+                        inside.setdefault(str(path.relative_to(ROOT)), set()).add(name)
+    assert not inside, inside
+
+
 def _classes(package: str):
     module = importlib.import_module(package)
     names = [package] + [info.name for info in pkgutil.walk_packages(getattr(module, "__path__", []), package + ".")]

@@ -17,11 +17,13 @@ encoder); :func:`lit_marl.evaluate.evaluate_checkpoint` runs it from Python.
 
 from __future__ import annotations
 
+import io
 import time
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_warn
 from tensordict import TensorDictBase
 from typing_extensions import override
@@ -197,8 +199,6 @@ def _log_videos(pl_module: pl.LightningModule, paths: list[Path], frames: list[l
     """Send the videos to loggers that take video, at the step of the evaluation's metrics: W&B (``log_video``
     with the mp4 files), TensorBoard (an animated GIF image summary, what ``SummaryWriter.add_video`` writes,
     without its moviepy dependency) and MLflow (the mp4 files as artifacts of the run under ``<key>/``)."""
-    from lightning.pytorch.loggers import MLFlowLogger
-
     if not paths:
         return
     step = logged_step(attached_trainer(pl_module))  # where Lightning logs this evaluation's metrics
@@ -220,8 +220,6 @@ def _mlflow_videos(logger, key: str, paths: list[Path]) -> None:
 
 
 def _tensorboard_video(writer, tag: str, frames: list, fps: int, step: int) -> None:
-    import io
-
     try:
         from PIL import Image
         from tensorboard.compat.proto.summary_pb2 import Summary

@@ -15,6 +15,7 @@ from abc import abstractmethod
 from typing import Any, ClassVar
 
 import gymnasium as gym
+from gymnasium.error import DependencyNotInstalled
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -32,8 +33,6 @@ def import_simulator(module: str, package: str, extra: str) -> Any:
     """``module``, or a ConfigError that names the missing package and the pip command of its extra. A package
     that is installed but cannot import a dependency counts as missing: Gymnasium's ``DependencyNotInstalled``
     (gymnasium-robotics without ``mujoco``: "MuJoCo is not installed") as well as an ``ImportError``."""
-    from gymnasium.error import DependencyNotInstalled
-
     try:
         return importlib.import_module(module)
     except (ImportError, DependencyNotInstalled) as err:

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 from torchrl.data import Composite, Unbounded
-from torchrl.envs import EnvBase, Transform, TransformedEnv
+from torchrl.envs import EnvBase, PettingZooWrapper, Transform, TransformedEnv
 from typing_extensions import override
 
 from lit_marl.envs.base import Task
@@ -112,8 +112,6 @@ def _make_pettingzoo(module_name: str, turn_based: bool, kwargs: dict[str, Any],
 def wrap_pettingzoo(raw: Any, turn_based: bool, agent_groups: Any, return_state: bool, device: str) -> EnvBase:
     """A PettingZoo env (parallel or AEC) as a torchrl env with grouped nested keys. ``agent_groups`` ``None``:
     torchrl's grouping by name prefix (``adversary_0`` in group ``adversary``); turn-based games: one group."""
-    from torchrl.envs import PettingZooWrapper
-
     group_map = None if agent_groups is None and not turn_based else group_agents(agent_groups, raw.possible_agents)
 
     with warnings.catch_warnings():  # torchrl warns about every PettingZoo version but 1.24.3

@@ -18,6 +18,7 @@ evaluated differently are not like-for-like.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import importlib
 import inspect
@@ -425,8 +426,6 @@ def report(paths: list[str | os.PathLike], out: str | os.PathLike, n_resamples: 
 
 def main(argv: list[str]) -> int:
     """``lit-marl report DIR [DIR ...] --out OUT``."""
-    import argparse
-
     parser = argparse.ArgumentParser(prog="lit-marl report", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="benchmark folders or marl-eval JSON files")
     parser.add_argument("--out", required=True, help="a new folder for report.md, report.tex, report.json, PNGs")
