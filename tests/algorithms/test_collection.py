@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDict
 
 from lit_marl.algorithms.collection import collection_metrics
-
-
-def _batch(done: list[list[bool]], reward: float = 1.0) -> TensorDict:
-    e, t = len(done), len(done[0])
-    nxt = TensorDict({"done": torch.tensor(done).unsqueeze(-1),
-                      ("g", "reward"): torch.full((e, t, 3, 1), reward)}, batch_size=[e, t])
-    return TensorDict({"next": nxt}, batch_size=[e, t])
+from tests.helpers.tiny import done_rollout
 
 
 def test_collection_metrics_average_the_episodes_that_ended():
-    batch = _batch([[False, True, False, True], [False, False, False, False]])
+    batch = done_rollout([[False, True, False, True], [False, False, False, False]])
     batch.set(("next", "g", "episode_reward"), torch.arange(8.0).reshape(2, 4, 1, 1).expand(2, 4, 3, 1).clone())
     metrics = collection_metrics(["g"], batch)
     assert metrics["collection/g/reward/reward_mean"] == 1.0
     assert metrics["collection/g/reward/episode_reward_mean"] == (1.0 + 3.0) / 2  # env 0's steps 1 and 3
     assert metrics["collection/reward/episode_reward_mean"] == 2.0
-    assert "collection/g/reward/episode_reward_mean" not in collection_metrics(["g"], _batch([[False] * 4]))
+    assert "collection/g/reward/episode_reward_mean" not in collection_metrics(["g"], done_rollout([[False] * 4]))

@@ -15,7 +15,7 @@ from lit_marl.callbacks import FrameBudget, MetricsFileRepair, NumericalFaultPol
 from lit_marl.data.evaluator import episode_returns, first_episode_mask
 from lit_marl.data.replay import ReplayShape, TensorPrioritizedSampler, buffer_state, group_buffers
 from lit_marl.models import Mlp
-from tests.helpers.tiny import tiny_task
+from tests.helpers.tiny import done_rollout, tiny_task
 
 
 def _transitions(n: int, start: float = 0.0) -> TensorDict:
@@ -56,15 +56,8 @@ def test_group_buffers_restore_contents_cursor_and_priorities(tmp_path):
                        original["a"].storage.get(slice(0, 8)).get(("a", "obs")))
 
 
-def _rollout(done: list[list[bool]], reward: float = 1.0) -> TensorDict:
-    e, t = len(done), len(done[0])
-    nxt = TensorDict({"done": torch.tensor(done).unsqueeze(-1),
-                      ("g", "reward"): torch.full((e, t, 3, 1), reward)}, batch_size=[e, t])
-    return TensorDict({"next": nxt}, batch_size=[e, t])
-
-
 def test_the_first_episode_mask_ends_with_the_step_that_ended_it():
-    rollout = _rollout([[False, True, False, True], [False, False, False, False]])
+    rollout = done_rollout([[False, True, False, True], [False, False, False, False]])
     mask = first_episode_mask(["done"], rollout)
     assert mask.tolist() == [[True, True, False, False], [True, True, True, True]]
     rollout.set(("episode", "mask"), mask)

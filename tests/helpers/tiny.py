@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import lightning.pytorch as pl
+import torch
+from tensordict import TensorDict
 
 from lit_marl.envs import VmasTask
 from lit_marl.models import Mlp
@@ -59,3 +61,12 @@ def ddpg_kwargs(**overrides) -> dict:
                   lr=1e-3)
     kwargs.update(overrides)
     return kwargs
+
+
+def done_rollout(done: list[list[bool]], reward: float = 1.0) -> TensorDict:
+    """A rollout ``[envs, steps]`` of one group ``g`` of 3 agents with these root ``done`` flags and a constant
+    reward: what the collection metrics and the first-episode mask read."""
+    e, t = len(done), len(done[0])
+    nxt = TensorDict({"done": torch.tensor(done).unsqueeze(-1),
+                      ("g", "reward"): torch.full((e, t, 3, 1), reward)}, batch_size=[e, t])
+    return TensorDict({"next": nxt}, batch_size=[e, t])
