@@ -1,10 +1,12 @@
 """The run: the LightningModule every MARL algorithm is.
 
-An algorithm is a run (this module: collection, evaluation, the training loop, one optimizer, clipping, metrics,
-checkpoints) holding one learner per agent group (:class:`~lit_marl.algorithms.learner.GroupLearner`: what that group
-learns) in ``learners``. Envs and collectors are built lazily in ``train_dataloader`` / ``val_dataloader`` and never
-become submodules. One Lightning epoch is one collection iteration (DESIGN.md §2); the Trainer owns backward,
-clipping, precision and checkpoints.
+An algorithm is a run (this module: the Lightning hooks, one optimizer, clipping per loss, metrics, replay buffers,
+checkpoints and counters) holding one learner per agent group (:class:`~lit_marl.algorithms.learner.GroupLearner`:
+what that group learns) in ``learners`` and three collaborators: its training loop (``loop``), its collection
+(``collection``: every env of the run, the training envs, one batch per iteration) and its evaluation
+(``evaluation``: validation and test rollouts). Envs and collectors are built lazily, on first use, and never become
+submodules. One Lightning epoch is one collection iteration (DESIGN.md §2); the Trainer owns backward, precision and
+checkpoints.
 
 A concrete algorithm names its learner class, e.g. ``class MAPPO(MarlAlgorithm): learner_class = PPO``; the learner
 names the training loop the run holds (``self.loop``, :mod:`lit_marl.algorithms.loops`: Lightning's training data);
@@ -252,7 +254,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
             return self.learners[self.groups[0]].policy
         return TensorDictSequential(*[self.learners[g].policy for g in self.groups])
 
-    # ------------------------------------------------------------------ envs: the collection's and the evaluation's
+    # ------------------------------------------------------------------ processes and devices
     rank = property(lambda self: self.trainer.global_rank if attached_trainer(self) is not None else 0,
                     doc="This process's index among the run's processes (0 outside a Trainer).")
     world_size = property(lambda self: world_size_of(attached_trainer(self)), doc="Processes sharing the global sizes "
