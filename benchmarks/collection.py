@@ -38,10 +38,10 @@ from lit_marl.envs import VmasTask  # noqa: E402
 SCENARIO_KWARGS = {"n_agents": 4, "package_mass": 5, "random_package_pos_on_line": True}
 
 
-def _ways(algorithm: str, num_envs: int, steps: int, batched_resets: bool = True) -> dict:
+def _ways(algorithm: str, num_envs: int, steps: int, batched_resets: bool = True, device: str = "cpu") -> dict:
     task = VmasTask("balance", max_steps=100, scenario_kwargs=SCENARIO_KWARGS, batched_resets=batched_resets)
     cls = MAPPO if algorithm == "mappo" else MADDPG
-    model = cls(task, frames_per_batch=num_envs * steps, num_envs=num_envs, seed=0)
+    model = cls(task, frames_per_batch=num_envs * steps, num_envs=num_envs, seed=0).to(device)  # envs there too
     sampler = model.collection.get_sampler()
     env, policy = sampler.env, sampler.collector.policy
     carried = env.reset()  # the hand loop continues its episodes across rounds, as the Collector does
@@ -73,20 +73,20 @@ def _ways(algorithm: str, num_envs: int, steps: int, batched_resets: bool = True
 
     import vmas
 
-    raw = vmas.make_env("balance", num_envs=num_envs, device="cpu", continuous_actions=True, seed=0, max_steps=100,
+    raw = vmas.make_env("balance", num_envs=num_envs, device=device, continuous_actions=True, seed=0, max_steps=100,
                         **SCENARIO_KWARGS)
     raw.reset()
 
     def raw_vmas():
         for _ in range(steps):
-            actions = [torch.rand(num_envs, 2) * 2 - 1 for _ in range(SCENARIO_KWARGS["n_agents"])]
+            actions = [torch.rand(num_envs, 2, device=device) * 2 - 1 for _ in range(SCENARIO_KWARGS["n_agents"])]
             _, _, dones, _ = raw.step(actions)
             for index in dones.nonzero().flatten().tolist():
                 raw.reset_at(index)
 
     def raw_batched():  # the simulator's own batched step: one batched reset every max_steps (100) steps
         for step in range(steps):
-            actions = [torch.rand(num_envs, 2) * 2 - 1 for _ in range(SCENARIO_KWARGS["n_agents"])]
+            actions = [torch.rand(num_envs, 2, device=device) * 2 - 1 for _ in range(SCENARIO_KWARGS["n_agents"])]
             raw.step(actions)
             if step % 100 == 99:
                 raw.reset()
@@ -105,17 +105,23 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--per-env-resets", action="store_true",
                         help="torchrl's reset of one environment at a time (task.batched_resets: false)")
     parser.add_argument("--ways", nargs="+", default=None, help="only these ways (default: all)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the envs and the policy run")
     args = parser.parse_args(argv)
-    ways = _ways(args.algorithm, args.num_envs, args.steps, batched_resets=not args.per_env_resets)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device on this machine; allowed: --device cpu")
+    ways = _ways(args.algorithm, args.num_envs, args.steps, batched_resets=not args.per_env_resets, device=args.device)
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     if args.ways:
         ways = {name: ways[name] for name in args.ways}
     times: dict[str, list[float]] = {name: [] for name in ways}
     for _ in range(args.rounds):
         for name, way in ways.items():
+            sync()
             start = time.perf_counter()
             way()
+            sync()  # a GPU's queued work counts where it was asked for
             times[name].append(time.perf_counter() - start)
-    result = {"algorithm": args.algorithm, "num_envs": args.num_envs, "steps": args.steps,
+    result = {"algorithm": args.algorithm, "num_envs": args.num_envs, "steps": args.steps, "device": args.device,
               "batched_resets": not args.per_env_resets,
               "threads": torch.get_num_threads(),
               "seconds": {name: round(statistics.median(t), 4) for name, t in times.items()},
