@@ -22,6 +22,12 @@ from tests.fixtures.make_checkpoints import NAMES, build, fit
 
 #: the last commit before the learner split
 OLD = "5f9fc39"
+#: runs whose next iteration today's code computes with sums in another order, so its weights match the old code's to
+#: float rounding, not bitwise: PPO's GAE values come from one critic call over the steps and the next steps that
+#: differ (``ppo.state_values_in_one_call``, 2026-12-06; 1.5e-8 at most measured), where the old code made two calls
+#: vmapped over a stack of the parameters. A resume that lost the optimizer's or the random state would differ by the
+#: order of one Adam step (MAPPO's lr 5e-5), hundreds of times the tolerance.
+SUMMED_DIFFERENTLY = {"mappo"}
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +72,10 @@ def test_old_checkpoint_resumes_to_the_same_weights(old_runs, tmp_path, name):
     old = renamed["state_dict"]
     assert sorted(state) == sorted(old)
     for key, value in old.items():
-        assert torch.equal(state[key], value), key
+        if name in SUMMED_DIFFERENTLY:
+            torch.testing.assert_close(state[key], value, rtol=0, atol=1e-7, msg=key)
+        else:
+            assert torch.equal(state[key], value), key
 
 
 @pytest.mark.parametrize("name", NAMES)

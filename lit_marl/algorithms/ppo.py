@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
+import torch
 from tensordict import TensorDictBase
 from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from torch import nn
 from torchrl.modules import ProbabilisticActor
 from torchrl.objectives import ClipPPOLoss, ValueEstimators
+from torchrl.objectives.value import GAE
 from typing_extensions import override
 
 from lit_marl.algorithms.common import FromState, stochastic_policy
@@ -207,7 +209,17 @@ class PPO(GroupLearner):
             # collecting are recomputed.
             view = batch.exclude("is_init", ("next", "is_init"), (group, "state_value"))
         loss = self.objective
-        loss.value_estimator(view, params=loss.critic_network_params, target_params=loss.target_critic_network_params)
+        if self.recurrent or not state_values_in_one_call(self.critic, batch, loss.tensor_keys.value):
+            loss.value_estimator(view, params=loss.critic_network_params,
+                                 target_params=loss.target_critic_network_params)
+        else:  # torchrl's GAE on the values written, its network held out
+            estimator = loss.value_estimator
+            gae = GAE(gamma=estimator.gamma, lmbda=estimator.lmbda, value_network=None,
+                      average_gae=estimator.average_gae, vectorized=estimator.vectorized,
+                      time_dim=estimator.time_dim, auto_reset_env=estimator.auto_reset_env)
+            gae.set_keys(**{key: getattr(estimator.tensor_keys, key)
+                            for key in ("advantage", "value_target", "value", "reward", "done", "terminated")})
+            gae(batch)
         if view is not batch:
             batch.update(view.select(*[(group, key) for key in ("advantage", "value_target", "state_value")]))
         return batch
@@ -226,6 +238,38 @@ class PPO(GroupLearner):
                 keys += list(recurrent_state_specs(module))
             keys.append("is_init")
         return list(dict.fromkeys(keys))
+
+
+def state_values_in_one_call(critic: TensorDictModuleBase, batch: TensorDictBase, value_key) -> bool:
+    """Write ``value_key`` and ``("next", value_key)`` of a ``[num_envs, steps]`` batch with one call of a
+    feed-forward critic; False (nothing written) for another layout.
+
+    torchrl's GAE calls the critic on every step's inputs and on every step's next inputs: twice the frames. A next
+    input is bitwise the following step's input except where an episode ended (or the batch does), so the critic runs
+    on every step's inputs and on the next inputs that differ from the following step's (found by comparing them:
+    exact for any env or transform), and the other next values are the following step's values. On an accelerator
+    the comparison reads one count on the host, once per batch.
+    """
+    if batch.ndim != 2:
+        return False
+    in_keys = list(critic.in_keys)
+    roots = [batch.get(key) for key in in_keys]
+    nexts = [batch.get(("next", key)) for key in in_keys]
+    n_envs, steps = batch.shape
+    differs = torch.ones(n_envs, steps, dtype=torch.bool, device=batch.device)  # the batch's last step: no follower
+    differs[:, :-1] = False
+    for root, nxt in zip(roots, nexts):
+        differs[:, :-1] |= (nxt[:, :-1] != root[:, 1:]).reshape(n_envs, steps - 1, -1).any(-1)
+    flat = batch.select(*in_keys).reshape(-1)
+    extra = batch.get("next").select(*in_keys)[differs]
+    values = critic(torch.cat([flat, extra], 0)).get(value_key)
+    value = values[: flat.shape[0]].unflatten(0, (n_envs, steps))
+    next_value = torch.empty_like(value)
+    next_value[:, :-1] = value[:, 1:]
+    next_value[differs] = values[flat.shape[0]:]
+    batch.set(value_key, value)
+    batch.set(("next", value_key), next_value)
+    return True
 
 
 class MAPPO(MarlAlgorithm):
