@@ -199,6 +199,20 @@ class BatchedResetVmasEnv(VmasEnv):
             if reason is not None:
                 self._fall_back(reason)
 
+    # VMAS's own settings, which torchrl's VmasEnv reads at every step and reset through its ``__getattr__`` (that
+    # lists the module's attributes twice per lookup: ~0.1 ms each, three or four lookups a step)
+    @property
+    def num_envs(self) -> int:
+        return self._env.num_envs
+
+    @property
+    def n_agents(self) -> int:
+        return self._env.n_agents
+
+    @property
+    def continuous_actions(self) -> bool:
+        return self._env.continuous_actions
+
     def _fall_back(self, reason: str) -> None:
         self.per_env_reason = reason
         _notice(f"VMAS scenario {self.scenario_name!r} resets one environment at a time: {reason}")
