@@ -10,7 +10,8 @@ clipping at 5, Adam) per round; variants alternate within each round; the median
 Levers: ``lean`` (lit-marl's shared-parameter multi-agent MLP forward vs torchrl's), ``fused_adam`` (fused vs the
 per-tensor loop), ``gather`` (on-policy: slicing one shuffled copy per epoch vs a gather per minibatch), ``compile``
 (each group's loss through torch.compile; its compilation time is reported apart), and collection's policy forward
-with either MLP. (Tanh through sigmoid, measured here on 2026-12-03, was withdrawn: it changed MADDPG's learning.)
+with either MLP; for MAPPO also PPO's GAE on a 600-env batch with one critic call or torchrl's two (issue 33).
+(Tanh through sigmoid, measured here on 2026-12-03, was withdrawn: it changed MADDPG's learning.)
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ import sys
 import time
 from pathlib import Path
 
+import lightning.pytorch as pl
 import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lit_marl.algorithms import MADDPG, MAPPO  # noqa: E402
+from lit_marl.algorithms import MADDPG, MAPPO, ppo  # noqa: E402
 from lit_marl.envs import VmasTask  # noqa: E402
 from lit_marl.models.mlp import LeanMultiAgentMLP  # noqa: E402
 from torchrl.modules import MultiAgentMLP  # noqa: E402
@@ -38,8 +40,13 @@ SCENARIO_KWARGS = {"n_agents": 4, "package_mass": 5, "random_package_pos_on_line
 def _model(algorithm: str):
     task = VmasTask("balance", max_steps=100, scenario_kwargs=SCENARIO_KWARGS)
     if algorithm == "mappo":
-        return MAPPO(task, n_minibatch_iters=45, minibatch_size=400, frames_per_batch=6000, num_envs=10)
-    return MADDPG(task, n_optimizer_steps=1000, train_batch_size=128, frames_per_batch=6000, num_envs=10)
+        model = MAPPO(task, n_minibatch_iters=45, minibatch_size=400, frames_per_batch=6000, num_envs=10)
+    else:
+        model = MADDPG(task, n_optimizer_steps=1000, train_batch_size=128, frames_per_batch=6000, num_envs=10)
+    # training_step asks the Trainer how many processes run (its NaN check): one, with no fit
+    model.trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                               enable_progress_bar=False, enable_model_summary=False)
+    return model
 
 
 def _set_lean(model: nn.Module, lean: bool) -> None:
@@ -78,12 +85,36 @@ def _time_steps(model, optimizer, next_batch, steps: int) -> float:
     return (time.perf_counter() - start) / steps * 1e3
 
 
+def _gae_one_call_or_two(rounds: int, num_envs: int = 600) -> dict[str, float]:
+    """PPO's GAE on one collected batch of ``num_envs`` envs x 100 steps (``process_batch``, ms): the critic called once
+    over the steps and the next steps that differ (lit-marl) against torchrl's two calls (every step, then every next
+    step)."""
+    model = MAPPO(VmasTask("balance", max_steps=100, scenario_kwargs=SCENARIO_KWARGS), frames_per_batch=num_envs * 100,
+                  num_envs=num_envs, minibatch_size=min(4096, num_envs * 100), n_minibatch_iters=2)
+    batch = model.collection.collect()
+    one_call = ppo.state_values_in_one_call
+    times: dict[str, list[float]] = {"one": [], "two": []}
+    for _ in range(rounds):
+        for way in times:
+            ppo.state_values_in_one_call = one_call if way == "one" else (lambda *args: False)
+            data = batch.clone()
+            start = time.perf_counter()
+            with torch.no_grad():
+                model.process_batch(data)
+            times[way].append((time.perf_counter() - start) * 1e3)
+    ppo.state_values_in_one_call = one_call
+    return {f"GAE on {num_envs} envs x 100 steps, one critic call": statistics.median(times["one"]),
+            f"GAE on {num_envs} envs x 100 steps, torchrl's two calls": statistics.median(times["two"])}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algorithm", default="mappo", choices=["mappo", "maddpg"])
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--compile", action="store_true", help="also A/B compile (slow to warm up on CPU)")
+    parser.add_argument("--gae-envs", type=int, default=600, help="MAPPO: envs of the batch GAE is timed on")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     args = parser.parse_args()
     torch.manual_seed(0)
     model = _model(args.algorithm)
@@ -120,15 +151,17 @@ def main() -> None:
         _set_lean(model, lean)
         with torch.no_grad():
             start = time.perf_counter()
-            for _ in range(2000):
+            for _ in range(20 * args.steps):
                 policy(data.clone())
-        result[f"collection policy step, {'lit-marl' if lean else 'torchrl'} MLP"] = (time.perf_counter() - start) / 2
+        result[f"collection policy step, {'lit-marl' if lean else 'torchrl'} MLP"] = \
+            (time.perf_counter() - start) / (20 * args.steps) * 1e3
+    if args.algorithm == "mappo":
+        result.update(_gae_one_call_or_two(args.rounds, args.gae_envs))
     result = {"algorithm": args.algorithm, "threads": torch.get_num_threads(),
               "ms_per_step": {k: round(v, 3) for k, v in result.items()}}
     print(json.dumps(result, indent=2))
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
-    (out / f"levers_{args.algorithm}.json").write_text(json.dumps(result, indent=2))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"levers_{args.algorithm}.json").write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -177,3 +177,23 @@ def test_one_mappo_iteration_runs_the_loops_code_in_six_files():
                    "algorithms/base.py", "callbacks"}
     assert "clip_per_loss" in functions["algorithms/learner.py"]  # the clipping ran, where the learners are
     assert {"Sampler.collect", "Collection.collect"} <= functions["algorithms/collection.py"]
+
+
+def test_the_levers_benchmark_times_each_lever_and_gae_with_one_critic_call_or_two(tmp_path, monkeypatch):
+    """benchmarks/levers.py (issues 13 and 33): every variant and PPO's GAE both ways get a time, and the one-call
+    path is put back afterwards."""
+    import json
+    import sys
+
+    from lit_marl.algorithms import ppo
+
+    levers = _script("levers")
+    one_call = ppo.state_values_in_one_call
+    monkeypatch.setattr(sys, "argv", ["levers.py", "--algorithm", "mappo", "--steps", "1", "--rounds", "1",
+                                      "--gae-envs", "4", "--out", str(tmp_path)])
+    levers.main()
+    times = json.loads((tmp_path / "levers_mappo.json").read_text())["ms_per_step"]
+    assert {"all levers", "none (as before)", "GAE on 4 envs x 100 steps, one critic call",
+            "GAE on 4 envs x 100 steps, torchrl's two calls"} <= set(times)
+    assert all(t > 0 for t in times.values())
+    assert ppo.state_values_in_one_call is one_call
