@@ -345,6 +345,7 @@ def training_batch(run: OnPolicySource, minibatch_size: int) -> tuple[TensorDict
     (with recurrent networks: cut into trajectory chunks ``[chunks, chunk_length]``, in time order), on the training
     device; and this process's minibatch size (in frames, or in chunks)."""
     batch = run.collection.collect()
+    run.collection.mark_training_start()  # training time includes processing the batch (GAE), as BenchMARL counts it
     with torch.no_grad():
         batch = run.process_batch(batch)
     batch = batch.select(*run.training_keys(), strict=False)
@@ -354,7 +355,6 @@ def training_batch(run: OnPolicySource, minibatch_size: int) -> tuple[TensorDict
     else:
         batch = batch.reshape(-1).to(run.device)
         size = minibatch_size // run.world_size  # DDP: each process's share of the global minibatch
-    run.collection.mark_training_start()
     return batch, size
 
 
@@ -386,12 +386,12 @@ def replay_minibatches(run: OffPolicySource, steps: int, batch_size: int) -> Ite
     minibatches ``{group: sample}`` of ``batch_size`` transitions each (with a recurrent policy: slices of
     ``burn_in + chunk_length`` consecutive steps)."""
     batch = run.collection.collect()
+    run.collection.mark_training_start()  # training time includes processing the batch and storing it
     with torch.no_grad():
         batch = run.process_batch(batch)
     buffers = run.replay_buffers()
     for group, buffer in buffers.items():
         buffer.extend(run.learners[group].replay_frames(batch))
-    run.collection.mark_training_start()
     size = batch_size // run.world_size  # DDP: each process's share of the global minibatch
     if run.chunk_length is None:
         for _ in range(steps):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lit_marl.algorithms.collection import collection_metrics
@@ -16,3 +17,26 @@ def test_collection_metrics_average_the_episodes_that_ended():
     assert metrics["collection/g/reward/episode_reward_mean"] == (1.0 + 3.0) / 2  # env 0's steps 1 and 3
     assert metrics["collection/reward/episode_reward_mean"] == 2.0
     assert "collection/g/reward/episode_reward_mean" not in collection_metrics(["g"], done_rollout([[False] * 4]))
+
+
+@pytest.mark.parametrize("algorithm", ["mappo", "maddpg"])
+def test_training_time_counts_processing_the_batch_and_collection_time_does_not(algorithm, tmp_path, monkeypatch):
+    """``timers/training_time`` runs from the end of the collection (what BenchMARL's and a bare torchrl loop's
+    training time counts: GAE, the replay buffer's extend, the updates), ``timers/collection_time`` is the collection."""
+    import csv
+    import time
+
+    from lit_marl.algorithms import MADDPG, MAPPO
+    from tests.helpers.tiny import ddpg_kwargs, tiny_kwargs, tiny_task, tiny_trainer
+
+    model = MAPPO(tiny_task(), **tiny_kwargs()) if algorithm == "mappo" else MADDPG(tiny_task(), **ddpg_kwargs())
+    process_batch = model.process_batch
+    monkeypatch.setattr(model, "process_batch", lambda batch: time.sleep(0.3) or process_batch(batch))
+    trainer = tiny_trainer(tmp_path, max_epochs=1, limit_val_batches=0)
+    trainer.fit(model)
+    rows = [r for r in csv.DictReader(open(tmp_path / "run" / "version_0" / "metrics.csv"))
+            if r.get("timers/iteration_time")]
+    collection, training, iteration = (float(rows[0][f"timers/{t}_time"]) for t in ("collection", "training",
+                                                                                      "iteration"))
+    assert training >= 0.3 > collection
+    assert collection + training <= iteration
