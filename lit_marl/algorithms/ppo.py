@@ -254,16 +254,20 @@ def state_values_in_one_call(critic: TensorDictModuleBase, batch: TensorDictBase
         return False
     in_keys = list(critic.in_keys)
     roots = [batch.get(key) for key in in_keys]
-    nexts = [batch.get(("next", key)) for key in in_keys]
+    nexts = [batch.get(("next", key), None) for key in in_keys]
+    if any(nxt is None for nxt in nexts):
+        return False
     n_envs, steps = batch.shape
-    differs = torch.ones(n_envs, steps, dtype=torch.bool, device=batch.device)  # the batch's last step: no follower
+    differs = torch.ones(n_envs, steps, dtype=torch.bool, device=roots[0].device)  # the last step: no follower
     differs[:, :-1] = False
     for root, nxt in zip(roots, nexts):
-        differs[:, :-1] |= (nxt[:, :-1] != root[:, 1:]).reshape(n_envs, steps - 1, -1).any(-1)
+        if steps > 1:
+            differs[:, :-1] |= (nxt[:, :-1] != root[:, 1:]).reshape(n_envs, steps - 1, -1).any(-1)
     flat = batch.select(*in_keys).reshape(-1)
     extra = batch.get("next").select(*in_keys)[differs]
     values = critic(torch.cat([flat, extra], 0)).get(value_key)
-    value = values[: flat.shape[0]].unflatten(0, (n_envs, steps))
+    # a centralised critic's value is one per frame, expanded over the agents: stored as a tensor of its own
+    value = values[: flat.shape[0]].unflatten(0, (n_envs, steps)).contiguous()
     next_value = torch.empty_like(value)
     next_value[:, :-1] = value[:, 1:]
     next_value[differs] = values[flat.shape[0]:]

@@ -80,3 +80,15 @@ def test_another_layout_is_left_to_torchrl():
     batch = TensorDict({"observation": torch.randn(6, 3), "next": {"observation": torch.randn(6, 3)}}, [6])
     assert not ppo.state_values_in_one_call(critic, batch, "state_value")
     assert "state_value" not in batch.keys()
+
+
+def test_a_batch_of_one_step_and_a_missing_next_input():
+    critic = TensorDictModule(nn.Linear(3, 1), in_keys=["observation"], out_keys=["state_value"])
+    one_step = TensorDict({"observation": torch.randn(4, 1, 3), "next": {"observation": torch.randn(4, 1, 3)}}, [4, 1])
+    with torch.no_grad():
+        assert ppo.state_values_in_one_call(critic, one_step, "state_value")
+        torch.testing.assert_close(one_step.get(("next", "state_value")),
+                                   critic.module(one_step.get(("next", "observation"))), rtol=0, atol=1e-7)
+    no_next = TensorDict({"observation": torch.randn(4, 5, 3), "next": {"reward": torch.zeros(4, 5, 1)}}, [4, 5])
+    assert not ppo.state_values_in_one_call(critic, no_next, "state_value")
+    assert "state_value" not in no_next.keys()
