@@ -260,9 +260,8 @@ def state_values_in_one_call(critic: TensorDictModuleBase, batch: TensorDictBase
     n_envs, steps = batch.shape
     differs = torch.ones(n_envs, steps, dtype=torch.bool, device=roots[0].device)  # the last step: no follower
     differs[:, :-1] = False
-    for root, nxt in zip(roots, nexts):
-        if steps > 1:
-            differs[:, :-1] |= (nxt[:, :-1] != root[:, 1:]).reshape(n_envs, steps - 1, -1).any(-1)
+    for root, nxt in zip(roots, nexts) if steps > 1 else ():
+        differs[:, :-1] |= (nxt[:, :-1] != root[:, 1:]).reshape(n_envs, steps - 1, -1).any(-1)
     flat = batch.select(*in_keys).reshape(-1)
     extra = batch.get("next").select(*in_keys)[differs]
     values = critic(torch.cat([flat, extra], 0)).get(value_key)
