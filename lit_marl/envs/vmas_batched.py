@@ -53,14 +53,27 @@ def _is_vmas_class(cls: type) -> bool:
     return any((c.__module__ or "").startswith("vmas.") for c in cls.__mro__[:-1])
 
 
-def _is_state_holder(value: Any) -> bool:
-    """VMAS's objects, and any other plain object they hold (a scenario's own helper classes, such as football's
-    scripted opponents, are defined in the scenario's file)."""
-    cls = type(value)
+_TENSOR, _SCALAR, _CONTAINER, _HOLDER, _OTHER = range(5)
+
+
+@functools.cache
+def _kind(cls: type) -> int:
+    """What the walk does with a value of this class: keep it (a tensor, or a scalar to compare), walk into it (a
+    list, tuple or dict; VMAS's objects and any other plain object they hold, such as a scenario's own helper classes
+    like football's scripted opponents, defined in the scenario's file), or pass it by. Decided once per class: a
+    reset walks a few hundred values, and asking each one's ``isinstance`` questions was half of the walk's time."""
+    if issubclass(cls, torch.Tensor):
+        return _TENSOR
+    if issubclass(cls, _SCALARS) or cls is type(None):
+        return _SCALAR
+    if issubclass(cls, (list, tuple, dict)):
+        return _CONTAINER
     if _is_vmas_class(cls):
-        return True
-    return hasattr(value, "__dict__") and not isinstance(value, (type, types.ModuleType, types.FunctionType,
-                                                                  types.MethodType, torch.Tensor))
+        return _HOLDER
+    # instances with a __dict__ (a class without one has a zero offset), but not classes, modules or functions
+    plain = getattr(cls, "__dictoffset__", 0) != 0 and not issubclass(
+        cls, (type, types.ModuleType, types.FunctionType, types.MethodType))
+    return _HOLDER if plain else _OTHER
 
 
 class SimulatorState:
@@ -87,33 +100,38 @@ class SimulatorState:
         if id(obj) in seen:
             return
         seen.add(id(obj))
-        if isinstance(obj, (list, tuple)):
+        is_tuple = isinstance(obj, tuple)
+        is_dict = isinstance(obj, dict)
+        if isinstance(obj, list) or is_tuple:
             items = enumerate(obj)
-            if self.copy and isinstance(obj, list):
+            if self.copy and not is_tuple:
                 self.contents.append((obj, list(obj)))
-        elif isinstance(obj, dict):
+        elif is_dict:
             items = obj.items()
             if self.copy:
                 self.contents.append((obj, dict(obj)))
-        elif _is_state_holder(obj):
+        elif _kind(type(obj)) == _HOLDER:
             items = vars(obj).items()
         else:
             return
         for i, (name, value) in enumerate(list(items)):
+            kind = _kind(type(value))
+            if kind == _OTHER:
+                continue
             # dict keys may be objects (VMAS maps entities to indices): named by their position
-            here = f"{where}.{name}" if isinstance(name, str) and not isinstance(obj, dict) else \
+            here = f"{where}.{name}" if isinstance(name, str) and not is_dict else \
                 f"{where}[{name if isinstance(name, (int, str)) else i}]"
-            if isinstance(value, torch.Tensor):
+            if kind == _TENSOR:
                 kept = value.detach().clone() if self.copy else value
                 # a tuple's items cannot be assigned: a tensor in one must come through a reset unchanged
-                if value.dim() >= 1 and value.shape[0] == self.num_envs and not isinstance(obj, tuple):
+                if value.dim() >= 1 and value.shape[0] == self.num_envs and not is_tuple:
                     self.batched[here] = (obj, name, kept)
                 else:
                     self.unbatched[here] = (obj, name, kept)
-            elif isinstance(value, _SCALARS) or value is None:
+            elif kind == _SCALAR:
                 self.unbatched[here] = (obj, name, value)
-            elif isinstance(value, (list, tuple, dict)) or _is_state_holder(value):
-                if self.copy and not isinstance(obj, tuple):
+            else:
+                if self.copy and not is_tuple:
                     self.links.append((obj, name, value))
                 self._walk(value, seen, here)
 
