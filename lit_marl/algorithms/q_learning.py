@@ -41,6 +41,11 @@ class QLearning(AnnealedExploration):
         mixing_embed_dim: QMIX only: width of the mixing network.
         mixer_input: QMIX only: what the mixer is conditioned on: ``state`` (the task's global state),
             ``observations`` (the group's concatenated observations) or ``auto`` (the state where there is one).
+        standardise_rewards: train on rewards standardised by their running mean and standard deviation over every
+            sampled minibatch so far (EPyMARL's ``standardise_rewards``, on in its QMIX, VDN and IQL configs): rare,
+            small rewards then stand out of the TD targets' noise. The statistics are the learner's buffers (saved
+            in checkpoints; under several processes every process's minibatches count, so all keep the same ones);
+            logged rewards and returns stay as collected.
     """
 
     supports_continuous_actions: ClassVar[bool] = False
@@ -57,6 +62,7 @@ class QLearning(AnnealedExploration):
         double_dqn: bool = False,
         mixing_embed_dim: int = 32,
         mixer_input: Literal["auto", "state", "observations"] = "auto",
+        standardise_rewards: bool = False,
         **kwargs: Any,
     ) -> None:
         #: None (independent), "vdn" or "qmix"
@@ -68,7 +74,10 @@ class QLearning(AnnealedExploration):
         if mixer_input not in ("auto", "state", "observations"):
             raise ConfigError(f"mixer_input: {mixer_input!r} is not one of 'auto', 'state', 'observations'")
         self.mixer_input = mixer_input
+        self.standardise_rewards = bool(standardise_rewards)
         super().__init__(task, group, run, **kwargs)
+        if self.standardise_rewards and group is not None:
+            self.reward_statistics = RunningMoments()
 
     @override
     def validate(self) -> None:
@@ -144,6 +153,21 @@ class QLearning(AnnealedExploration):
         return loss
 
     @override
+    def loss(self, batch: TensorDictBase) -> TensorDictBase:
+        """The TD loss; with ``standardise_rewards`` on the minibatch's rewards standardised by the running moments
+        (updated with them first), the collected ones put back afterwards (the loss writes its TD errors into
+        ``batch``, so it is the same TensorDict)."""
+        if not self.standardise_rewards:
+            return super().loss(batch)
+        key = ("next", *_as_tuple(self.objective.tensor_keys.reward))
+        raw = batch.get(key)
+        batch.set(key, self.reward_statistics.update_and_standardise(raw))
+        try:
+            return super().loss(batch)
+        finally:
+            batch.set(key, raw)
+
+    @override
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         groups = {"actor": list(self.policy.parameters())}
         if self.mixer is not None:
@@ -184,6 +208,49 @@ class QLearning(AnnealedExploration):
         if self.mixer is None:
             return super().priorities(sample)
         return sample.get((_team(self.group), "td_error")).reshape(-1)  # one TD error per transition: the team's
+
+
+class RunningMoments(nn.Module):
+    """The running mean and variance of every value passed to :meth:`update_and_standardise`, merged batch by batch
+    (Chan et al.'s parallel update). They start as mean 0 and variance 1 with a weight of ``prior_count`` values, as
+    EPyMARL's running statistics do, so the first batches are not divided by a variance of a few values. Kept in
+    float64 buffers; under ``torch.distributed`` each batch's count, sum and sum of squares are summed over the
+    processes first, so every process holds the same moments."""
+
+    def __init__(self, prior_count: float = 1e-4, min_std: float = 1e-8) -> None:
+        super().__init__()
+        self.min_std = min_std
+        self.register_buffer("mean", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("var", torch.ones((), dtype=torch.float64))
+        self.register_buffer("count", torch.full((), prior_count, dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, values: torch.Tensor) -> None:
+        x = values.detach().to(self.mean.device, torch.float64).reshape(-1)
+        totals = torch.stack([torch.tensor(float(x.numel()), dtype=torch.float64, device=x.device), x.sum(),
+                              x.square().sum()])
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(totals)
+        n, total, total_sq = totals.unbind()
+        batch_mean = total / n
+        batch_var = (total_sq / n - batch_mean.square()).clamp_min(0)
+        merged = self.count + n
+        delta = batch_mean - self.mean
+        self.var.copy_((self.var * self.count + batch_var * n + delta.square() * self.count * n / merged) / merged)
+        self.mean.add_(delta * n / merged)
+        self.count.copy_(merged)
+
+    def standardise(self, values: torch.Tensor) -> torch.Tensor:
+        std = self.var.sqrt().clamp_min(self.min_std)
+        return ((values - self.mean) / std).to(values.dtype)
+
+    def update_and_standardise(self, values: torch.Tensor) -> torch.Tensor:
+        self.update(values)
+        return self.standardise(values)
+
+
+def _as_tuple(key: str | tuple) -> tuple:
+    return key if isinstance(key, tuple) else (key,)
 
 
 def _team(group: str) -> str:

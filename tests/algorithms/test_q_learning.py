@@ -8,6 +8,7 @@ import torch
 from torchrl.modules import QMixer
 
 from lit_marl.algorithms import IQL, MAPPO, QMIX, VDN
+from lit_marl.algorithms.q_learning import RunningMoments, _as_tuple
 from lit_marl.data.evaluator import episode_returns
 from lit_marl.errors import ConfigError
 from lit_marl.models import Mlp
@@ -161,3 +162,82 @@ def test_qmix_clips_the_q_network_and_the_mixer_by_their_joint_norm():
         assert torch.nn.utils.get_total_norm([p.grad for p in params]).item() == pytest.approx(
             4.0 * 5.0 / (4.0 * 2 ** 0.5), rel=1e-5)
     assert "train/agents/loss/grad_norm" in model._epoch_metrics
+
+
+def _sampled_minibatch(model, group="agents"):
+    """One collected batch through the run's processing, and a replay-style minibatch of the group's part of it."""
+    env = model.task.make_env(num_envs=4, seed=0)
+    with torch.no_grad():
+        batch = env.rollout(10, model.policy, break_when_any_done=False)
+    batch = model.learners[group].process_batch(batch)
+    return model.learners[group].replay_frames(batch)
+
+
+@pytest.mark.parametrize("algorithm", [IQL, QMIX])
+def test_standardise_rewards_trains_on_standardised_rewards_and_keeps_the_collected_ones(algorithm):
+    """EPyMARL's standardise_rewards: the loss sees (r - mean) / std of the running moments, updated with the
+    minibatch first; the minibatch holds the collected rewards again afterwards, with the loss's TD errors."""
+    pl.seed_everything(0)
+    plain = algorithm(tiny_task(continuous_actions=False), **q_kwargs())
+    pl.seed_everything(0)
+    standardised = algorithm(tiny_task(continuous_actions=False), **q_kwargs(standardise_rewards=True))
+    learner = standardised.learners["agents"]
+    reward_key = ("next", *_as_tuple(learner.objective.tensor_keys.reward))
+    minibatch = _sampled_minibatch(plain)
+    minibatch.set(reward_key, torch.rand_like(minibatch.get(reward_key)) * 3 + 1)  # a mean and spread to remove
+    collected = minibatch.get(reward_key).clone()
+
+    terms = learner.loss(minibatch)
+
+    assert torch.equal(minibatch.get(reward_key), collected)  # put back
+    priority = ("agents_team", "td_error") if algorithm is QMIX else ("agents", "td_error")
+    assert priority in minibatch.keys(True)  # the loss wrote into the minibatch it was given
+    moments = learner.reward_statistics
+    values = collected.double().reshape(-1)
+    n, prior = values.numel(), 1e-4
+    expected_mean = values.mean() * n / (n + prior)
+    assert moments.mean.item() == pytest.approx(expected_mean.item(), rel=1e-9)
+    assert moments.count.item() == pytest.approx(n + prior)
+    by_hand = minibatch.clone()
+    by_hand.set(reward_key, ((collected - moments.mean) / moments.var.sqrt()).float())
+    expected = plain.learners["agents"].loss(by_hand)
+    torch.testing.assert_close(terms["loss"], expected["loss"], rtol=1e-6, atol=1e-6)
+    unstandardised = plain.learners["agents"].loss(minibatch.clone())
+    assert not torch.allclose(terms["loss"], unstandardised["loss"])  # it did change what the loss trains on
+
+
+def test_running_moments_merge_batches_as_one_and_live_in_the_state_dict():
+    torch.manual_seed(0)
+    moments = RunningMoments(prior_count=1e-12)
+    batches = [torch.randn(n, 2) * 3 + 2 for n in (5, 50, 7)]
+    for batch in batches:
+        moments.update(batch)
+    every = torch.cat([b.reshape(-1) for b in batches]).double()
+    assert moments.mean.item() == pytest.approx(every.mean().item(), rel=1e-9)
+    assert moments.var.item() == pytest.approx(every.var(unbiased=False).item(), rel=1e-9)
+    assert moments.count.item() == pytest.approx(124)
+    model = QMIX(tiny_task(continuous_actions=False), **q_kwargs(standardise_rewards=True))
+    assert {"learners.agents.reward_statistics.mean", "learners.agents.reward_statistics.var",
+            "learners.agents.reward_statistics.count"} <= set(model.state_dict())
+    assert not any("reward_statistics" in k for k in QMIX(tiny_task(continuous_actions=False),
+                                                          **q_kwargs()).state_dict())
+
+
+def test_qmix_with_standardised_rewards_resumes_exactly(tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    def fit(name, max_epochs, ckpt_path=None):
+        pl.seed_everything(0)
+        model = QMIX(tiny_task(continuous_actions=False), **q_kwargs(standardise_rewards=True))
+        checkpoint = ModelCheckpoint(dirpath=tmp_path / name, save_last=True, every_n_epochs=1,
+                                     save_on_train_epoch_end=True)
+        tiny_trainer(tmp_path / name, max_epochs=max_epochs, callbacks=[checkpoint],
+                     check_val_every_n_epoch=5).fit(model, ckpt_path=ckpt_path)
+        return model
+
+    fit("first", 2)
+    straight, resumed = fit("straight", 4), fit("resumed", 4, tmp_path / "first" / "last.ckpt")
+    moments = straight.learners["agents"].reward_statistics
+    assert moments.count.item() == pytest.approx(4 * 4 * 16 + 1e-4)  # 4 iterations x 4 steps x 16 transitions
+    for key, value in straight.state_dict().items():
+        assert torch.equal(value, resumed.state_dict()[key]), key
