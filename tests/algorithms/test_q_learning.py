@@ -241,3 +241,38 @@ def test_qmix_with_standardised_rewards_resumes_exactly(tmp_path):
     assert moments.count.item() == pytest.approx(4 * 4 * 16 + 1e-4)  # 4 iterations x 4 steps x 16 transitions
     for key, value in straight.state_dict().items():
         assert torch.equal(value, resumed.state_dict()[key]), key
+
+
+def test_qmix_two_layer_hypernetworks_as_epymarl():
+    from lit_marl.algorithms.q_learning import HypernetQMixer
+
+    model = QMIX(tiny_task(continuous_actions=False), **q_kwargs(hypernet_layers=2, hypernet_embed=16))
+    mixer = model.losses["agents"].mixer_network.module
+    assert isinstance(mixer, HypernetQMixer)
+    for hypernet, out in ((mixer.hyper_w_1, 32 * 3), (mixer.hyper_w_final, 32)):
+        assert [type(m) for m in hypernet] == [torch.nn.Linear, torch.nn.ReLU, torch.nn.Linear]
+        assert (hypernet[0].out_features, hypernet[2].in_features, hypernet[2].out_features) == (16, 16, out)
+    # the mixer's weights are still what the optimizer steps, and the mixing stays monotonic
+    optimizer = model.configure_optimizers()
+    mixer_params = {id(p) for g in optimizer.param_groups if g["name"] == "agents/mixer" for p in g["params"]}
+    assert {id(p) for p in mixer.hyper_w_1.parameters()} <= mixer_params
+    torch.manual_seed(0)
+    values, state = torch.randn(256, 3, 1), torch.randn(256, 3, mixer.state_dim // 3)
+    base = mixer(values, state)
+    for agent in range(3):
+        raised = values.clone()
+        raised[:, agent] += torch.rand(256, 1) + 1e-3
+        assert (mixer(raised, state) >= base - 1e-6).all()
+    # the default is torchrl's one-layer mixer, parameter for parameter
+    default = QMIX(tiny_task(continuous_actions=False), **q_kwargs()).losses["agents"].mixer_network.module
+    assert isinstance(default.hyper_w_1, torch.nn.Linear) and isinstance(default.hyper_w_final, torch.nn.Linear)
+    assert [n for n, _ in default.named_parameters()] == [n for n, _ in QMixer((3, 1), 32, 3, "cpu").named_parameters()]
+
+
+@pytest.mark.parametrize("algorithm", [IQL, VDN])
+def test_hypernetwork_settings_are_refused_without_qmix(algorithm):
+    with pytest.raises(ConfigError, match=r"hypernet_layers/hypernet_embed: QMIX's mixer settings.*"
+                                          + ("None" if algorithm is IQL else "'vdn'")):
+        algorithm(tiny_task(continuous_actions=False), **q_kwargs(hypernet_layers=2))
+    with pytest.raises(ConfigError, match=r"hypernet_layers: 3 is not one of 1, 2"):
+        QMIX(tiny_task(continuous_actions=False), **q_kwargs(hypernet_layers=3))
