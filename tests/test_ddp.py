@@ -165,6 +165,8 @@ def test_every_algorithm_ends_an_iteration_with_one_set_of_weights_on_both_proce
             differences += [f"{run} {part} {name}" for name in ours[part].keys() | theirs[part].keys()
                             if ours[part].get(name) != theirs[part].get(name)]
     assert not differences, differences
+    # QMIX's running reward moments (standardise_rewards) are among the buffers compared above
+    assert any("reward_statistics" in name for name in first["qmix/standardise_rewards+hypernet_layers_2"]["tensors"])
 
 
 def test_sizes_that_do_not_split_over_the_processes_are_named():

@@ -43,7 +43,7 @@ OFF_POLICY = dict(n_optimizer_steps=2, train_batch_size=16)
 MLP = {"class_path": "lit_marl.models.Mlp", "init_args": {"num_cells": [16]}}
 
 
-def build(cls: type, nan_policy: str) -> pl.LightningModule:
+def build(cls: type, nan_policy: str, **settings) -> pl.LightningModule:
     """``cls`` on VMAS balance with 2 agents (discrete actions where it needs them); the ensemble: MADDPG and MASAC,
     one group per agent."""
     if cls is Ensemble:
@@ -57,7 +57,7 @@ def build(cls: type, nan_policy: str) -> pl.LightningModule:
     if cls.learner_class.has_critic:
         models["critic_model"] = Mlp(num_cells=[16])
     loop = ON_POLICY if cls.on_policy else {**OFF_POLICY, "memory_size": 200}
-    return cls(task, nan_policy=nan_policy, lr=1e-3, **models, **RUN, **loop)
+    return cls(task, nan_policy=nan_policy, lr=1e-3, **models, **RUN, **loop, **settings)
 
 
 def digest(tensor: torch.Tensor) -> str:
@@ -141,6 +141,11 @@ def main(folder: Path) -> None:
             model = build(cls, nan_policy)
             problems = shares(model, 2)
             records[f"{name}/{nan_policy}"] = {"refused": problems} if problems else fit(model, folder / name)
+    # QMIX with EPyMARL's options: the running reward moments are pooled over the processes, so they stay one set
+    pl.seed_everything(0, verbose=False)
+    records["qmix/standardise_rewards+hypernet_layers_2"] = fit(
+        build(algorithms_by_name()["qmix"], NAN_POLICIES[0], standardise_rewards=True, hypernet_layers=2),
+        folder / "qmix_standardised")
     records["nan_on_process_1"] = nan_on_process_1(folder / "nan")  # last: a failed fit may leave the group unusable
     (folder / f"rank{os.environ['RANK']}.json").write_text(json.dumps(records, indent=1))
 
