@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictSequential
+from tensordict.utils import unravel_key
 from torch import nn
 from torchrl.modules import EGreedyModule, QMixer, QValueModule, VDNMixer
 from torchrl.objectives import DQNLoss, QMixerLoss, ValueEstimators
@@ -171,7 +172,7 @@ class QLearning(AnnealedExploration):
         ``batch``, so it is the same TensorDict)."""
         if not self.standardise_rewards:
             return super().loss(batch)
-        key = ("next", *_as_tuple(self.objective.tensor_keys.reward))
+        key = unravel_key(("next", self.objective.tensor_keys.reward))
         raw = batch.get(key)
         batch.set(key, self.reward_statistics.update_and_standardise(raw))
         try:
@@ -280,10 +281,6 @@ class RunningMoments(nn.Module):
     def update_and_standardise(self, values: torch.Tensor) -> torch.Tensor:
         self.update(values)
         return self.standardise(values)
-
-
-def _as_tuple(key: str | tuple) -> tuple:
-    return key if isinstance(key, tuple) else (key,)
 
 
 def _team(group: str) -> str:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import lightning.pytorch as pl
 import pytest
 import torch
+from tensordict.utils import unravel_key
 from torchrl.modules import QMixer
 
 from lit_marl.algorithms import IQL, MAPPO, QMIX, VDN
-from lit_marl.algorithms.q_learning import RunningMoments, _as_tuple
+from lit_marl.algorithms.q_learning import RunningMoments
 from lit_marl.data.evaluator import episode_returns
 from lit_marl.errors import ConfigError
 from lit_marl.models import Mlp
@@ -185,7 +186,7 @@ def test_standardise_rewards_trains_on_standardised_rewards_and_keeps_the_collec
     pl.seed_everything(0)
     standardised = algorithm(tiny_task(continuous_actions=False), **q_kwargs(standardise_rewards=True))
     learner = standardised.learners["agents"]
-    reward_key = ("next", *_as_tuple(learner.objective.tensor_keys.reward))
+    reward_key = unravel_key(("next", learner.objective.tensor_keys.reward))
     minibatch = _sampled_minibatch(plain)
     minibatch.set(reward_key, torch.rand_like(minibatch.get(reward_key)) * 3 + 1)  # a mean and spread to remove
     collected = minibatch.get(reward_key).clone()
