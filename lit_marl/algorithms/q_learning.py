@@ -9,15 +9,17 @@ torchrl's ``QMixerLoss``; IQL uses ``DQNLoss``. Exploration is epsilon-greedy, a
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, Callable, ClassVar, Literal
 
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from tensordict.utils import unravel_key
 from torch import nn
+from torchrl.envs.utils import step_mdp
 from torchrl.modules import EGreedyModule, QMixer, QValueModule, VDNMixer
 from torchrl.objectives import DQNLoss, QMixerLoss, ValueEstimators
+from torchrl.objectives.value import TD0Estimator
 from typing_extensions import override
 
 from lit_marl.algorithms.common import MaskGuard
@@ -38,7 +40,9 @@ class QLearning(AnnealedExploration):
     Args:
         loss_function: ``l2``, ``l1`` or ``smooth_l1`` distance of the TD error.
         delay_value: use a target Q-network (and target mixer) for the TD targets.
-        double_dqn: IQL only: choose the next action with the online network, value it with the target one.
+        double_dqn: double Q-learning (van Hasselt et al., 2016): the TD target's next actions are the online
+            network's greedy ones, valued by the target network (and, for VDN and QMIX, mixed by the target mixer);
+            EPyMARL's ``double_q``, on in its QMIX, VDN and IQL configs. Needs ``delay_value``.
         mixing_embed_dim: QMIX only: width of the mixing network.
         mixer_input: QMIX only: what the mixer is conditioned on: ``state`` (the task's global state),
             ``observations`` (the group's concatenated observations) or ``auto`` (the state where there is one).
@@ -77,6 +81,9 @@ class QLearning(AnnealedExploration):
         self.loss_function = one_of("loss_function", loss_function, ("l2", "l1", "smooth_l1"))
         self.delay_value = bool(delay_value)
         self.double_dqn = bool(double_dqn)
+        if self.double_dqn and not self.delay_value:
+            raise ConfigError("double_dqn: True needs target networks to value the online network's choice, but "
+                              "delay_value is False; set delay_value: true or double_dqn: false")
         self.mixing_embed_dim = positive_int("mixing_embed_dim", mixing_embed_dim)
         if mixer_input not in ("auto", "state", "observations"):
             raise ConfigError(f"mixer_input: {mixer_input!r} is not one of 'auto', 'state', 'observations'")
@@ -156,7 +163,8 @@ class QLearning(AnnealedExploration):
                           value=(group, "chosen_action_value"), reward=(group, "reward"), done=(group, "done"),
                           terminated=(group, "terminated"), priority=(group, "td_error"))
         else:
-            loss = QMixerLoss(self.policy, self.build_mixer(), loss_function=self.loss_function,
+            loss_class = DoubleQMixerLoss if self.double_dqn else QMixerLoss
+            loss = loss_class(self.policy, self.build_mixer(), loss_function=self.loss_function,
                               delay_value=self.delay_value, action_space=action_spec)
             team = _team(group)
             loss.set_keys(action_value=(group, "action_value"), local_value=(group, "chosen_action_value"),
@@ -242,6 +250,52 @@ class HypernetQMixer(QMixer):
 
             self.hyper_w_1 = two_layers(self.embed_dim * self.n_agents)
             self.hyper_w_final = two_layers(self.embed_dim)
+
+
+class DoubleQMixerLoss(QMixerLoss):
+    """torchrl's ``QMixerLoss`` with double Q-learning in its TD target: the next step's actions are the online
+    Q-network's greedy ones (masked like the policy's), their values come from the target Q-network, and the target
+    mixer mixes them; torchrl's loss takes the target network's own greedy actions. Everything else (the predicted
+    team value, the TD(0) return, the distance, the priorities) is torchrl's: only the next value handed to its
+    value estimator differs, as ``DQNLoss(double_dqn=True)`` does it for one agent."""
+
+    @override
+    def make_value_estimator(self, value_type: ValueEstimators | None = None, **hyperparams: Any) -> None:
+        if value_type not in (None, ValueEstimators.TD0):
+            raise ConfigError(f"double Q-learning's mixed target is a TD(0) one here; got {value_type}")
+        super().make_value_estimator(ValueEstimators.TD0, **hyperparams)
+        # torchrl's TD(0) estimator as QMixerLoss wired it (keys, gamma, network), asking this loss for next values
+        self._value_estimator.__class__ = _NextValueFromLoss
+        self._value_estimator.next_value = self.double_q_next_value
+
+    def double_q_next_value(self, tensordict: TensorDictBase, target_params: TensorDictBase) -> torch.Tensor:
+        """The target mixer's team value of the next step at the online network's greedy actions."""
+        keys = self.tensor_keys
+        nxt = step_mdp(tensordict, keep_other=False)
+        with torch.no_grad():
+            with self.local_value_network_params.data.to_module(self.local_value_network,
+                                                                preserve_module_state=False):
+                greedy = self.local_value_network(nxt.clone(False)).get(keys.action)
+            with target_params["module", "0"].to_module(self.local_value_network, preserve_module_state=False):
+                q_target = self.local_value_network(nxt.clone(False)).get(keys.action_value)
+            if self.action_space == "categorical":
+                chosen = torch.gather(q_target, -1, greedy if greedy.ndim == q_target.ndim else greedy.unsqueeze(-1))
+            else:  # one-hot actions
+                chosen = (q_target * greedy.to(q_target.dtype)).sum(-1, keepdim=True)
+            nxt.set(keys.local_value, chosen)
+            with target_params["module", "1"].to_module(self.mixer_network, preserve_module_state=False):
+                self.mixer_network(nxt)
+        return nxt.get(keys.global_value)
+
+
+class _NextValueFromLoss(TD0Estimator):
+    """torchrl's TD(0) estimator whose next-step value is ``next_value(tensordict, target_params)``."""
+
+    next_value: Callable[[TensorDictBase, TensorDictBase], torch.Tensor]
+
+    @override
+    def _next_value(self, tensordict, target_params, kwargs):
+        return self.next_value(tensordict, target_params)
 
 
 class RunningMoments(nn.Module):

@@ -260,3 +260,58 @@ def test_hypernetwork_settings_are_refused_without_qmix(algorithm):
         algorithm(tiny_task(continuous_actions=False), **q_kwargs(hypernet_layers=2))
     with pytest.raises(ConfigError, match=r"hypernet_layers: 3 is not one of 1, 2"):
         QMIX(tiny_task(continuous_actions=False), **q_kwargs(hypernet_layers=3))
+
+
+@pytest.mark.parametrize("algorithm", [VDN, QMIX])
+def test_double_q_mixed_target_values_the_online_greedy_actions_with_the_target_networks(algorithm):
+    """EPyMARL's double_q for the mixers: the TD target is r + gamma (1 - terminated) mix_target(Q_target(s', a*), s')
+    with a* the online Q-network's greedy actions; torchrl's QMixerLoss alone takes the target network's own argmax."""
+    pl.seed_everything(0)
+    model = algorithm(tiny_task(continuous_actions=False), **q_kwargs(double_dqn=True, gamma=0.9))
+    learner = model.learners["agents"]
+    loss = learner.objective
+    with torch.no_grad():  # targets apart from the online weights, so the two argmaxes differ
+        for params in [loss.target_local_value_network_params] + (
+                [loss.target_mixer_network_params] if algorithm is QMIX else []):
+            for value in params.values(True, True):
+                value.add_(torch.randn_like(value) * 0.5)
+    minibatch = _sampled_minibatch(model)
+    terms = learner.loss(minibatch.clone())
+
+    def q_values(td, params=None):
+        td = td.clone(False)
+        if params is None:
+            return model.policy(td).get(("agents", "action_value"))
+        with params.to_module(loss.local_value_network):
+            return loss.local_value_network(td).get(("agents", "action_value"))
+
+    def mixed(values, td, params):
+        td = td.clone(False).set(("agents", "chosen_action_value"), values)
+        with params.to_module(loss.mixer_network):
+            return loss.mixer_network(td).get(("agents_team", "global_value"))
+
+    def one_value(q, action):
+        return torch.gather(q, -1, action.unsqueeze(-1))
+
+    nxt = minibatch.get("next")
+    online_next, target_next = q_values(nxt), q_values(nxt, loss.target_local_value_network_params)
+    greedy, own = online_next.argmax(-1), target_next.argmax(-1)
+    assert (greedy != own).any()  # else this test could not tell double Q-learning from torchrl's plain target
+    reward, terminated = nxt.get(("agents_team", "reward")), nxt.get(("agents_team", "terminated"))
+
+    def td_target(action):
+        next_value = mixed(one_value(target_next, action), nxt, loss.target_mixer_network_params)
+        return reward + 0.9 * (~terminated) * next_value
+
+    action = minibatch.get(("agents", "action"))
+    assert action.shape == greedy.shape  # categorical: one action index per agent
+    predicted = mixed(one_value(q_values(minibatch), action), minibatch, loss.mixer_network_params)
+    expected = (predicted - td_target(greedy)).pow(2).mean()
+    torchrls = (predicted - td_target(own)).pow(2).mean()
+    torch.testing.assert_close(terms["loss"], expected, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(expected, torchrls)
+
+
+def test_double_q_needs_target_networks():
+    with pytest.raises(ConfigError, match=r"double_dqn: True needs target networks.*delay_value is False"):
+        QMIX(tiny_task(continuous_actions=False), **q_kwargs(double_dqn=True, delay_value=False))
