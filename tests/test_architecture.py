@@ -210,6 +210,9 @@ def _overridden_without_decorator(cls: type) -> list[str]:
         function = value.fget if isinstance(value, property) else getattr(value, "__func__", value)
         if not inspect.isfunction(function):
             continue
+        if function.__qualname__ != f"{cls.__qualname__}.{name}":
+            continue  # not written in this class: a base's own method that a framework re-wraps per subclass
+            # (torchrl's LossModule puts a wrapped copy of the base loss's ``forward`` on every subclass)
         overrides = any(name in vars(base) for base in cls.__mro__[1:] if base is not object)
         if overrides and not getattr(function, "__override__", False):
             missing.append(f"{cls.__module__}.{cls.__qualname__}.{name}")
