@@ -4,7 +4,8 @@ IQL (Tan, 1993) trains each agent's Q-function on its own TD error. VDN (Sunehag
 chosen-action values of a group's agents into a team value; QMIX (Rashid et al., 2018) mixes them with a
 monotonic hypernetwork conditioned on the global state (or, where the task has none, on the group's
 concatenated observations). Both are trained on the team reward (the mean of the agents' rewards) with
-torchrl's ``QMixerLoss``; IQL uses ``DQNLoss``. Exploration is epsilon-greedy, annealed over frames.
+torchrl's ``QMixerLoss`` (``MixerLoss``: it also reports the team value, its target and their gap); IQL uses
+``DQNLoss``. Exploration is epsilon-greedy, annealed over frames.
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ class QLearning(AnnealedExploration):
                           value=(group, "chosen_action_value"), reward=(group, "reward"), done=(group, "done"),
                           terminated=(group, "terminated"), priority=(group, "td_error"))
         else:
-            loss_class = DoubleQMixerLoss if self.double_dqn else QMixerLoss
+            loss_class = DoubleQMixerLoss if self.double_dqn else MixerLoss
             loss = loss_class(self.policy, self.build_mixer(), loss_function=self.loss_function,
                               delay_value=self.delay_value, action_space=action_spec)
             team = _team(group)
@@ -252,18 +253,46 @@ class HypernetQMixer(QMixer):
             self.hyper_w_final = two_layers(self.embed_dim)
 
 
-class DoubleQMixerLoss(QMixerLoss):
+class MixerLoss(QMixerLoss):
+    """torchrl's ``QMixerLoss`` whose output also reports the mixed values it trained on, averaged over the minibatch:
+    ``q_taken_mean`` (the mixer's team value of the taken actions), ``target_mean`` (its TD target) and
+    ``td_error_abs`` (their mean absolute difference), in the units of the rewards the loss read (standardised ones
+    with ``standardise_rewards``). EPyMARL logs the same three; a team value far above any return the task can pay
+    (a value that diverges) shows there first. The loss itself, its priorities and its estimator's maths are
+    torchrl's: the estimator only keeps the two tensors it already holds."""
+
+    @override
+    def make_value_estimator(self, value_type: ValueEstimators | None = None, **hyperparams: Any) -> None:
+        super().make_value_estimator(value_type, **hyperparams)
+        if type(self._value_estimator) is TD0Estimator:
+            self._value_estimator.__class__ = _RecordingTD0
+
+    @override
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        terms = super().forward(tensordict)
+        recorded = getattr(self._value_estimator, "recorded", None)
+        if recorded is not None:  # a TD(0) estimator (the one lit-marl builds) kept its prediction and target
+            self._value_estimator.recorded = None
+            taken, target = (value.detach().reshape(-1) for value in recorded)
+            terms.set("q_taken_mean", taken.mean())
+            terms.set("target_mean", target.mean())
+            terms.set("td_error_abs", (taken - target).abs().mean())
+        return terms
+
+
+class DoubleQMixerLoss(MixerLoss):
     """torchrl's ``QMixerLoss`` with double Q-learning in its TD target: the next step's actions are the online
     Q-network's greedy ones (masked like the policy's), their values come from the target Q-network, and the target
     mixer mixes them; torchrl's loss takes the target network's own greedy actions. Everything else (the predicted
     team value, the TD(0) return, the distance, the priorities) is torchrl's: only the next value handed to its
-    value estimator differs, as ``DQNLoss(double_dqn=True)`` does it for one agent."""
+    value estimator differs, as ``DQNLoss(double_dqn=True)`` does it for one agent. Reports what :class:`MixerLoss`
+    reports."""
 
     @override
     def make_value_estimator(self, value_type: ValueEstimators | None = None, **hyperparams: Any) -> None:
         if value_type not in (None, ValueEstimators.TD0):
             raise ConfigError(f"double Q-learning's mixed target is a TD(0) one here; got {value_type}")
-        super().make_value_estimator(ValueEstimators.TD0, **hyperparams)
+        QMixerLoss.make_value_estimator(self, ValueEstimators.TD0, **hyperparams)
         # torchrl's TD(0) estimator as QMixerLoss wired it (keys, gamma, network), asking this loss for next values
         self._value_estimator.__class__ = _NextValueFromLoss
         self._value_estimator.next_value = self.double_q_next_value
@@ -288,7 +317,21 @@ class DoubleQMixerLoss(QMixerLoss):
         return nxt.get(keys.global_value)
 
 
-class _NextValueFromLoss(TD0Estimator):
+class _RecordingTD0(TD0Estimator):
+    """torchrl's TD(0) estimator that keeps, until its loss reads them, the value it was handed to predict (the
+    mixer's team value of the taken actions, which the loss wrote before asking for its target) and the target it
+    returned. Nothing it computes changes."""
+
+    recorded: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @override
+    def value_estimate(self, tensordict, target_params=None, next_value=None, **kwargs):
+        target = super().value_estimate(tensordict, target_params=target_params, next_value=next_value, **kwargs)
+        self.recorded = (tensordict.get(self.tensor_keys.value), target)
+        return target
+
+
+class _NextValueFromLoss(_RecordingTD0):
     """torchrl's TD(0) estimator whose next-step value is ``next_value(tensordict, target_params)``."""
 
     next_value: Callable[[TensorDictBase, TensorDictBase], torch.Tensor]

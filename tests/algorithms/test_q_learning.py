@@ -310,6 +310,42 @@ def test_double_q_mixed_target_values_the_online_greedy_actions_with_the_target_
     torchrls = (predicted - td_target(own)).pow(2).mean()
     torch.testing.assert_close(terms["loss"], expected, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(expected, torchrls)
+    target = td_target(greedy)  # what the loss reports beside the loss: the values it trained on
+    torch.testing.assert_close(terms["q_taken_mean"], predicted.mean(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(terms["target_mean"], target.mean(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(terms["td_error_abs"], (predicted - target).abs().mean(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", [VDN, QMIX])
+def test_mixers_report_the_team_value_its_target_and_their_gap_and_training_logs_them(tmp_path, algorithm):
+    """EPyMARL's q_taken_mean, target_mean and td_error_abs: the team value of the taken actions, its TD(0) target and
+    their mean absolute gap, in the loss's reward units (standardised ones here), checked against the priorities the
+    same loss wrote ((prediction - target)^2 per transition) and a hand-computed prediction; then logged per iteration."""
+    pl.seed_everything(0)
+    model = algorithm(tiny_task(continuous_actions=False), **q_kwargs(standardise_rewards=True))
+    learner = model.learners["agents"]
+    loss = learner.objective
+    minibatch = _sampled_minibatch(model)
+    batch = minibatch.clone()
+    terms = learner.loss(batch)
+    gap = batch.get(("agents_team", "td_error")).sqrt()  # torchrl's priority: the squared TD error
+    td = minibatch.clone(False)
+    with torch.no_grad():
+        q = model.policy(td.clone(False)).get(("agents", "action_value"))
+        taken = torch.gather(q, -1, minibatch.get(("agents", "action")).unsqueeze(-1))
+        td.set(("agents", "chosen_action_value"), taken)
+        with loss.mixer_network_params.to_module(loss.mixer_network):
+            predicted = loss.mixer_network(td).get(("agents_team", "global_value"))
+    torch.testing.assert_close(terms["q_taken_mean"], predicted.mean(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(terms["td_error_abs"], gap.mean(), rtol=1e-4, atol=1e-6)
+    assert terms["target_mean"] != terms["q_taken_mean"]
+    assert terms["loss"].item() == pytest.approx(gap.square().mean().item(), rel=1e-4)
+    for name in ("loss", "q_taken_mean", "target_mean", "td_error_abs"):  # only the loss is trained on
+        assert terms[name].requires_grad == (name == "loss")
+    trainer = tiny_trainer(tmp_path, max_epochs=2)
+    trainer.fit(model)
+    for name in ("q_taken_mean", "target_mean", "td_error_abs"):
+        assert torch.isfinite(trainer.callback_metrics[f"train/agents/{name}"])
 
 
 def test_double_q_needs_target_networks():
