@@ -1,7 +1,7 @@
 """The benchmark scripts run on CPU with tiny sizes: the prepared device check (benchmarks/gpu.sh), the collection
 breakdowns (benchmarks/collection.py, benchmarks/collection_families.py), the files one iteration runs
-(benchmarks/iteration_files.py), the weights comparison between versions (benchmarks/weights.py) and the learning
-curve of a run (benchmarks/curves.py)."""
+(benchmarks/iteration_files.py), the weights comparison between versions (benchmarks/weights.py), the learning
+curve of a run (benchmarks/curves.py) and the EPyMARL reference's runner and table (benchmarks/vs_epymarl/)."""
 
 from __future__ import annotations
 
@@ -197,3 +197,52 @@ def test_the_levers_benchmark_times_each_lever_and_gae_with_one_critic_call_or_t
             "GAE on 4 envs x 100 steps, torchrl's two calls"} <= set(times)
     assert all(t > 0 for t in times.values())
     assert ppo.state_values_in_one_call is one_call
+
+
+def _vs_epymarl(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"vs_epymarl_{name}", ROOT / "benchmarks" / "vs_epymarl" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_epymarl_comparison_puts_the_reference_team_value_on_lit_marls_scale(tmp_path, capsys):
+    """EPyMARL logs its team value and target divided by the number of agents and its returns summed over them;
+    lit-marl logs the team value itself and returns averaged over agents: the table puts both on one scale."""
+    info = tmp_path / "ref" / "seed_0" / "results" / "sacred" / "qmix" / "lbforaging:X" / "1" / "info.json"
+    info.parent.mkdir(parents=True)
+    info.write_text(json.dumps({
+        "test_return_mean": [0.0, 0.5], "test_return_mean_T": [50, 250050],
+        "return_mean": [0.25, 0.75], "return_mean_T": [240050, 250050],
+        "q_taken_mean": [{"value": 3.0, "dtype": "float"}], "q_taken_mean_T": [241600],
+        "target_mean": [2.5], "target_mean_T": [241600]}))
+    run = tmp_path / "lit" / "seed_0" / "train" / "version_0"
+    run.mkdir(parents=True)
+    (run / "metrics.csv").write_text(
+        "counters/frames,val/return,collection/reward/episode_reward_mean,train/agents/q_taken_mean,"
+        "train/agents/target_mean\n"
+        "249500,,0.125,1.5,1.25\n250000,0.2,0.375,2.5,2.25\n")
+    assert _vs_epymarl("compare").main([str(tmp_path / "ref"), str(tmp_path / "lit"), "--until", "250000"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "0.25M" in line]
+    assert rows == ["| EPyMARL ref | seed_0 | 0.25M | 0.500 | 0.500 | 6.000 | 5.000 |",
+                    "| lit-marl | seed_0 | 0.25M | 0.400 | 0.500 | 2.000 | 1.750 |"]
+
+
+def test_the_epymarl_runner_refuses_a_missing_venv_and_a_seed_it_would_overwrite(tmp_path, capsys):
+    run = _vs_epymarl("run")
+    with pytest.raises(SystemExit):
+        run.main(["--out", str(tmp_path / "out"), "--venv", str(tmp_path / "none")])
+    assert "--venv" in capsys.readouterr().err
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").write_text("")
+    (tmp_path / "out" / "seed_1").mkdir(parents=True)
+    with pytest.raises(SystemExit):
+        run.main(["--out", str(tmp_path / "out"), "--venv", str(tmp_path / "venv"), "--seeds", "0", "1"])
+    assert "seed_1 exists" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "seed_0").exists()  # refused before anything was started
+    with pytest.raises(SystemExit):
+        run.main(["--out", str(tmp_path / "new"), "--venv", str(tmp_path / "venv"), "lr0.001"])
+    assert "'lr0.001' is not key=value" in capsys.readouterr().err

@@ -1,0 +1,90 @@
+"""The EPyMARL reference's runs (``run.py``) beside lit-marl's, every 50,000 frames or the nearest logged step:
+greedy evaluation return (the team's, summed over agents as EPyMARL reports it), the collected return, and the
+mixer's team value of the sampled actions with its TD target.
+
+EPyMARL's learner logs ``q_taken_mean`` and ``target_mean`` divided by the number of agents (its sums run over the
+agents' copies of the team value); this prints them times ``--agents``, the team value itself, as lit-marl logs it.
+lit-marl's returns are means over agents and are printed times ``--agents`` too. Both are in the loss's reward
+units (standardised ones where the config standardises rewards)::
+
+    python benchmarks/vs_epymarl/compare.py benchmarks/out/epymarl_qmix_lbf runs/benchmarks/<grid>/<task>/qmix
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+from pathlib import Path
+
+
+def reference_curves(folder: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """Each seed's statistics from ``seed_<n>/results/sacred/*/*/*/info.json``: name -> [(step, value)]."""
+    curves = {}
+    for info in sorted(folder.glob("seed_*/results/sacred/*/*/*/info.json")):
+        seed = info.relative_to(folder).parts[0]
+        data = json.loads(info.read_text())
+        curves[seed] = {name: [(int(t), float(v["value"] if isinstance(v, dict) else v))
+                               for t, v in zip(data[name + "_T"], data[name])]
+                        for name in data if not name.endswith("_T") and name + "_T" in data}
+    return curves
+
+
+def lit_marl_curves(folder: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """Each seed's iteration rows from ``seed_<n>/train/version_*/metrics.csv`` (or a run folder's own)."""
+    curves = {}
+    for metrics in sorted(folder.glob("**/metrics.csv")):
+        seed = next((p for p in metrics.relative_to(folder).parts if p.startswith("seed_")), metrics.parent.name)
+        rows = {}
+        with open(metrics) as f:
+            for row in csv.DictReader(f):
+                if not row.get("counters/frames"):
+                    continue
+                frames = int(float(row["counters/frames"]))
+                for name, value in row.items():
+                    if value not in ("", None) and name not in ("counters/frames", "epoch", "step"):
+                        rows.setdefault(name, []).append((frames, float(value)))
+        curves[seed] = rows
+    return curves
+
+
+def at(points: list[tuple[int, float]], frames: int, window: int) -> float:
+    """The mean of the points logged within ``window`` steps before ``frames`` (nan if none)."""
+    near = [v for t, v in points if frames - window < t <= frames + 50]
+    return sum(near) / len(near) if near else math.nan
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("reference", type=Path, help="run.py's --out folder")
+    parser.add_argument("lit_marl", type=Path, nargs="?", help="a lit-marl run or a grid's algorithm folder")
+    parser.add_argument("--agents", type=int, default=2)
+    parser.add_argument("--every", type=int, default=250_000, help="frames between printed rows")
+    parser.add_argument("--until", type=int, default=2_000_000)
+    args = parser.parse_args(argv)
+    n = args.agents
+    sides = [("EPyMARL ref", reference_curves(args.reference),
+              {"eval": ("test_return_mean", 1), "collected": ("return_mean", 1),
+               "team value": ("q_taken_mean", n), "target": ("target_mean", n)})]
+    if args.lit_marl is not None:
+        sides.append(("lit-marl", lit_marl_curves(args.lit_marl),
+                      {"eval": ("val/return", n), "collected": ("collection/reward/episode_reward_mean", n),
+                       "team value": ("train/agents/q_taken_mean", 1), "target": ("train/agents/target_mean", 1)}))
+    print("| side | seed | frames | evaluation return | collected return | team value | its target |")
+    print("|---|---|---|---|---|---|---|")
+    for frames in range(args.every, args.until + 1, args.every):
+        for side, curves, names in sides:
+            for seed, curve in curves.items():
+                cells = []
+                for column in ("eval", "collected", "team value", "target"):
+                    name, scale = names[column]
+                    window = 1_000 if column == "eval" else 25_000
+                    value = at(curve.get(name, []), frames, window) * scale
+                    cells.append("—" if math.isnan(value) else f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}")
+                print(f"| {side} | {seed} | {frames / 1e6:g}M | " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
