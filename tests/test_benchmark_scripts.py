@@ -214,7 +214,7 @@ def test_the_epymarl_comparison_puts_the_reference_team_value_on_lit_marls_scale
     info = tmp_path / "ref" / "seed_0" / "results" / "sacred" / "qmix" / "lbforaging:X" / "1" / "info.json"
     info.parent.mkdir(parents=True)
     info.write_text(json.dumps({
-        "test_return_mean": [0.0, 0.5], "test_return_mean_T": [50, 250050],
+        "test_return_mean": [0.0, 0.5], "test_return_mean_T": [50, 250153],  # tested at an episode end
         "return_mean": [0.25, 0.75], "return_mean_T": [240050, 250050],
         "q_taken_mean": [{"value": 3.0, "dtype": "float"}], "q_taken_mean_T": [241600],
         "target_mean": [2.5], "target_mean_T": [241600]}))

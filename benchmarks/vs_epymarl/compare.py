@@ -16,6 +16,7 @@ import argparse
 import csv
 import json
 import math
+import time
 from pathlib import Path
 
 
@@ -24,11 +25,25 @@ def reference_curves(folder: Path) -> dict[str, dict[str, list[tuple[int, float]
     curves = {}
     for info in sorted(folder.glob("seed_*/results/sacred/*/*/*/info.json")):
         seed = info.relative_to(folder).parts[0]
-        data = json.loads(info.read_text())
+        data = _read_json(info)
         curves[seed] = {name: [(int(t), float(v["value"] if isinstance(v, dict) else v))
                                for t, v in zip(data[name + "_T"], data[name])]
                         for name in data if not name.endswith("_T") and name + "_T" in data}
     return curves
+
+
+def _read_json(path: Path, tries: int = 5) -> dict:
+    """sacred rewrites info.json in place while its run goes on: a read that meets the file half-written waits and
+    reads again."""
+    for attempt in range(tries):
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            if attempt == tries - 1:
+                raise SystemExit(f"{path}: not valid JSON after {tries} reads (a run still writing it, or a broken "
+                                 f"file)") from None
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
 
 
 def lit_marl_curves(folder: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
@@ -49,9 +64,10 @@ def lit_marl_curves(folder: Path) -> dict[str, dict[str, list[tuple[int, float]]
     return curves
 
 
-def at(points: list[tuple[int, float]], frames: int, window: int) -> float:
-    """The mean of the points logged within ``window`` steps before ``frames`` (nan if none)."""
-    near = [v for t, v in points if frames - window < t <= frames + 50]
+def at(points: list[tuple[int, float]], frames: int, window: int, after: int = 50) -> float:
+    """The mean of the points logged from ``window`` steps before ``frames`` to ``after`` steps past it (nan if
+    none)."""
+    near = [v for t, v in points if frames - window < t <= frames + after]
     return sum(near) / len(near) if near else math.nan
 
 
@@ -79,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
                 cells = []
                 for column in ("eval", "collected", "team value", "target"):
                     name, scale = names[column]
-                    window = 1_000 if column == "eval" else 25_000
-                    value = at(curve.get(name, []), frames, window) * scale
+                    # EPyMARL tests at the first episode end past each 50,000 steps (drifting by up to a few
+                    # hundred), lit-marl at the iteration that reaches them
+                    window, after = (1_000, 1_000) if column == "eval" else (25_000, 50)
+                    value = at(curve.get(name, []), frames, window, after) * scale
                     cells.append("—" if math.isnan(value) else f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}")
                 print(f"| {side} | {seed} | {frames / 1e6:g}M | " + " | ".join(cells) + " |")
     return 0
