@@ -4,6 +4,9 @@ process per seed, with the settings lit-marl's config copies from EPyMARL's repo
 pymarlzooplus's own ``qmix.yaml`` differs from EPyMARL's in two places (a GRU agent, the last action in the
 observation); ``--algorithm qmix`` sets EPyMARL's values (``use_rnn=False``, ``obs_last_action=False``), its 5,000-episode
 buffer and EPyMARL's test protocol (100 greedy episodes every 50,000 steps), as ``configs/qmix_rware.yaml`` has them.
+pymarlzooplus's gymma wrapper also drops the flag that tells its runner an episode was cut by the time limit, so there
+the limit is terminal; the runs here restore EPyMARL's handling (the TD target bootstraps at the limit, as lit-marl's
+does) unless ``--time-limit-terminal`` is given.
 Anything else goes after the options as sacred's ``key=value``::
 
     bash benchmarks/vs_epymarl/setup.sh
@@ -34,7 +37,22 @@ TEST = ["test_nepisode=100", "test_interval=50000", "log_interval=50000", "learn
         "runner_log_interval=10000", "use_cuda=False", "use_tensorboard=False"]
 ENTRY = '''import sys
 from pymarlzooplus import pymarlzooplus
-pymarlzooplus(["pymarlzooplus/main.py", *sys.argv[1:]])
+if sys.argv[1] == "--epymarl-time-limit":
+    # EPyMARL's gymma wrapper reports an episode cut by the time limit as episode_limit, so its runner stores it as not
+    # terminated and the TD target bootstraps there; pymarlzooplus's returns no info, so the limit reads as terminal
+    from pymarlzooplus.envs import gym_wrapper
+
+    step = gym_wrapper._GymmaWrapper.step
+
+    def step_reporting_the_limit(self, actions):
+        reward, done, info = step(self, actions)
+        food = getattr(self.original_env.unwrapped, "field", None)  # LBF ends early when all food is collected
+        if done and self.timelimit_env._elapsed_steps >= self.episode_limit and (food is None or food.sum() > 0):
+            info = {**info, "episode_limit": True}
+        return reward, done, info
+
+    gym_wrapper._GymmaWrapper.step = step_reporting_the_limit
+pymarlzooplus(["pymarlzooplus/main.py", *sys.argv[2:]])
 '''
 
 
@@ -47,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--t-max", type=int, default=2_050_000, help="environment steps (EPyMARL's off-policy 2.05M)")
     parser.add_argument("--out", type=Path, required=True, help="a new folder for the runs")
     parser.add_argument("--venv", type=Path, default=ROOT / ".venv-epymarl")
+    parser.add_argument("--time-limit-terminal", action="store_true",
+                        help="keep pymarlzooplus's handling: an episode cut by the time limit is terminal (EPyMARL's, "
+                             "the default here, bootstraps there as lit-marl does)")
     parser.add_argument("overrides", nargs="*", help="more sacred settings, key=value")
     args = parser.parse_args(argv)
     python = args.venv / "bin" / "python"
@@ -60,17 +81,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--out: {args.out / f'seed_{taken[0]}'} exists; allowed: a folder without these seeds' runs")
     processes = []
     for seed in args.seeds:
-        folder = args.out / f"seed_{seed}"
+        folder = (args.out / f"seed_{seed}").resolve()
         folder.mkdir(parents=True)
         (folder / "entry.py").write_text(ENTRY)  # pymarlzooplus writes results/ beside the script it was started from
         settings = [f"--config={args.algorithm}", "--env-config=gymma", "with", f"env_args.key={args.key}",
                     f"env_args.time_limit={args.time_limit}", f"env_args.seed={seed}", f"seed={seed}",
                     f"t_max={args.t_max}", *EPYMARL.get(args.algorithm, []), *TEST, *args.overrides]
         log = open(args.out / f"seed_{seed}.log", "w")
-        processes.append(subprocess.Popen([str(python), str(folder / "entry.py"), *settings], cwd=folder,
+        limit = "--pymarlzooplus-time-limit" if args.time_limit_terminal else "--epymarl-time-limit"
+        processes.append(subprocess.Popen([str(python), str(folder / "entry.py"), limit, *settings], cwd=folder,
                                           stdout=log, stderr=subprocess.STDOUT,
                                           env={**os.environ, "OMP_NUM_THREADS": "1"}))  # one core per seed
-        print(f"seed {seed}: {python} {folder / 'entry.py'} {' '.join(settings)}")
+        print(f"seed {seed}: {python} {folder / 'entry.py'} {limit} {' '.join(settings)}")
     return max(p.wait() for p in processes)
 
 
