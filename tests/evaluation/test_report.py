@@ -444,3 +444,14 @@ def test_the_shipped_published_results_file_reads():
     points = read_references(path, tasks)
     assert sorted(points) == tasks and all(p["source"] for ps in points.values() for p in ps)
 
+
+
+def test_the_shipped_epymarl_reference_points_read_in_lit_marls_units():
+    """benchmarks/vs_epymarl/references_lbf.yaml (EPyMARL's QMIX measured here) passes the checks, in lit-marl's units
+    (the agents' mean: at most 0.5 on LBF 8x8-2p-2f-coop, where EPyMARL's sum is at most 1)."""
+    from lit_marl.evaluation.references import read_references
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "vs_epymarl" / "references_lbf.yaml"
+    task = "lbf/Foraging-8x8-2p-2f-coop-v3"
+    points = read_references(path, [task])[task]
+    assert len(points) == 2 and all(0 < p["return"] <= 0.5 and p["frames"] == 2_000_000 for p in points)
