@@ -31,7 +31,8 @@ def test_the_gpu_script_runs_on_cpu_with_tiny_sizes_and_writes_its_numbers(tmp_p
 def _script(name: str):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", ROOT / "benchmarks" / f"{name}.py")
+    module_name = f"{name.replace('/', '_')}_benchmark"  # name: a script under benchmarks/, e.g. vs_epymarl/run
+    spec = importlib.util.spec_from_file_location(module_name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -199,15 +200,6 @@ def test_the_levers_benchmark_times_each_lever_and_gae_with_one_critic_call_or_t
     assert ppo.state_values_in_one_call is one_call
 
 
-def _vs_epymarl(name: str):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"vs_epymarl_{name}", ROOT / "benchmarks" / "vs_epymarl" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_epymarl_comparison_puts_the_reference_team_value_on_lit_marls_scale(tmp_path, capsys):
     """EPyMARL logs its team value and target divided by the number of agents and its returns summed over them;
     lit-marl logs the team value itself and returns averaged over agents: the table puts both on one scale."""
@@ -224,14 +216,14 @@ def test_the_epymarl_comparison_puts_the_reference_team_value_on_lit_marls_scale
         "counters/frames,val/return,collection/reward/episode_reward_mean,train/agents/q_taken_mean,"
         "train/agents/target_mean\n"
         "249500,,0.125,1.5,1.25\n250000,0.2,0.375,2.5,2.25\n")
-    assert _vs_epymarl("compare").main([str(tmp_path / "ref"), str(tmp_path / "lit"), "--until", "250000"]) == 0
+    assert _script("vs_epymarl/compare").main([str(tmp_path / "ref"), str(tmp_path / "lit"), "--until", "250000"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if "0.25M" in line]
     assert rows == ["| EPyMARL ref | seed_0 | 0.25M | 0.500 | 0.500 | 6.000 | 5.000 |",
                     "| lit-marl | seed_0 | 0.25M | 0.400 | 0.500 | 2.000 | 1.750 |"]
 
 
 def test_the_epymarl_runner_refuses_a_missing_venv_and_a_seed_it_would_overwrite(tmp_path, capsys):
-    run = _vs_epymarl("run")
+    run = _script("vs_epymarl/run")
     with pytest.raises(SystemExit):
         run.main(["--out", str(tmp_path / "out"), "--venv", str(tmp_path / "none")])
     assert "--venv" in capsys.readouterr().err

@@ -35,15 +35,16 @@ def reference_curves(folder: Path) -> dict[str, dict[str, list[tuple[int, float]
 def _read_json(path: Path, tries: int = 5) -> dict:
     """sacred rewrites info.json in place while its run goes on: a read that meets the file half-written waits and
     reads again."""
-    for attempt in range(tries):
+    for _ in range(tries - 1):
         try:
             return json.loads(path.read_text())
         except json.JSONDecodeError:
-            if attempt == tries - 1:
-                raise SystemExit(f"{path}: not valid JSON after {tries} reads (a run still writing it, or a broken "
-                                 f"file)") from None
             time.sleep(0.5)
-    raise AssertionError("unreachable")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise SystemExit(f"{path}: not valid JSON after {tries} reads (a run still writing it, or a broken "
+                         f"file)") from None
 
 
 def lit_marl_curves(folder: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:

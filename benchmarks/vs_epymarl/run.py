@@ -2,8 +2,9 @@
 process per seed, with the settings lit-marl's config copies from EPyMARL's repository.
 
 pymarlzooplus's own ``qmix.yaml`` differs from EPyMARL's in two places (a GRU agent, the last action in the
-observation); ``--algorithm qmix`` sets EPyMARL's values (``use_rnn=False``, ``obs_last_action=False``), its 5,000-episode
-buffer and EPyMARL's test protocol (100 greedy episodes every 50,000 steps), as ``configs/qmix_rware.yaml`` has them.
+observation); ``--algorithm qmix`` sets EPyMARL's values (``use_rnn=False``, ``obs_last_action=False``), its
+5,000-episode buffer and EPyMARL's test protocol (100 greedy episodes every 50,000 steps), as
+``configs/qmix_rware.yaml`` has them.
 pymarlzooplus's gymma wrapper also drops the flag that tells its runner an episode was cut by the time limit, so there
 the limit is terminal; the runs here restore EPyMARL's handling (the TD target bootstraps at the limit, as lit-marl's
 does) unless ``--time-limit-terminal`` is given.
@@ -28,11 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 #: EPyMARL's values where pymarlzooplus's algorithm configs differ from them (uoe-agents/epymarl src/config/algs)
-EPYMARL = {
-    "qmix": ["use_rnn=False", "obs_last_action=False", "buffer_size=5000"],
-    "vdn": ["use_rnn=False", "obs_last_action=False", "buffer_size=5000"],
-    "iql": ["use_rnn=False", "obs_last_action=False", "buffer_size=5000"],
-}
+EPYMARL = dict.fromkeys(("qmix", "vdn", "iql"), ["use_rnn=False", "obs_last_action=False", "buffer_size=5000"])
 TEST = ["test_nepisode=100", "test_interval=50000", "log_interval=50000", "learner_log_interval=10000",
         "runner_log_interval=10000", "use_cuda=False", "use_tensorboard=False"]
 ENTRY = '''import sys
@@ -58,7 +55,8 @@ pymarlzooplus(["pymarlzooplus/main.py", *sys.argv[2:]])
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--algorithm", default="qmix", help="a pymarlzooplus algorithm config (qmix, vdn, iql, mappo, ...)")
+    parser.add_argument("--algorithm", default="qmix",
+                        help="a pymarlzooplus algorithm config (qmix, vdn, iql, mappo, ...)")
     parser.add_argument("--key", default="lbforaging:Foraging-8x8-2p-2f-coop-v3", help="the gymma environment key")
     parser.add_argument("--time-limit", type=int, default=50, help="episode steps (LBF 50, RWARE 500)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -79,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     taken = [s for s in args.seeds if (args.out / f"seed_{s}").exists()]
     if taken:
         parser.error(f"--out: {args.out / f'seed_{taken[0]}'} exists; allowed: a folder without these seeds' runs")
-    processes = []
+    processes, logs = [], []
     for seed in args.seeds:
         folder = (args.out / f"seed_{seed}").resolve()
         folder.mkdir(parents=True)
@@ -87,13 +85,16 @@ def main(argv: list[str] | None = None) -> int:
         settings = [f"--config={args.algorithm}", "--env-config=gymma", "with", f"env_args.key={args.key}",
                     f"env_args.time_limit={args.time_limit}", f"env_args.seed={seed}", f"seed={seed}",
                     f"t_max={args.t_max}", *EPYMARL.get(args.algorithm, []), *TEST, *args.overrides]
-        log = open(args.out / f"seed_{seed}.log", "w")
+        logs.append(log := open(args.out / f"seed_{seed}.log", "w"))
         limit = "--pymarlzooplus-time-limit" if args.time_limit_terminal else "--epymarl-time-limit"
         processes.append(subprocess.Popen([str(python), str(folder / "entry.py"), limit, *settings], cwd=folder,
                                           stdout=log, stderr=subprocess.STDOUT,
                                           env={**os.environ, "OMP_NUM_THREADS": "1"}))  # one core per seed
         print(f"seed {seed}: {python} {folder / 'entry.py'} {limit} {' '.join(settings)}")
-    return max(p.wait() for p in processes)
+    codes = [p.wait() for p in processes]
+    for log in logs:
+        log.close()
+    return max(codes)
 
 
 if __name__ == "__main__":

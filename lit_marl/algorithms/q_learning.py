@@ -292,8 +292,9 @@ class DoubleQMixerLoss(MixerLoss):
     def make_value_estimator(self, value_type: ValueEstimators | None = None, **hyperparams: Any) -> None:
         if value_type not in (None, ValueEstimators.TD0):
             raise ConfigError(f"double Q-learning's mixed target is a TD(0) one here; got {value_type}")
-        QMixerLoss.make_value_estimator(self, ValueEstimators.TD0, **hyperparams)
-        # torchrl's TD(0) estimator as QMixerLoss wired it (keys, gamma, network), asking this loss for next values
+        super().make_value_estimator(ValueEstimators.TD0, **hyperparams)
+        # torchrl's TD(0) estimator as QMixerLoss wired it (keys, gamma, network), recording as MixerLoss's does and
+        # asking this loss for next values
         self._value_estimator.__class__ = _NextValueFromLoss
         self._value_estimator.next_value = self.double_q_next_value
 

@@ -445,7 +445,6 @@ def test_the_shipped_published_results_file_reads():
     assert sorted(points) == tasks and all(p["source"] for ps in points.values() for p in ps)
 
 
-
 def test_the_shipped_epymarl_reference_points_read_in_lit_marls_units():
     """benchmarks/vs_epymarl/references_lbf.yaml (EPyMARL's QMIX measured here) passes the checks, in lit-marl's units
     (the agents' mean: at most 0.5 on LBF 8x8-2p-2f-coop, where EPyMARL's sum is at most 1)."""
