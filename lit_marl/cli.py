@@ -63,6 +63,7 @@ from lit_marl.run_folders import (
     remove_unused_run_folders,
     unversioned_run_folder_logger,
 )
+from lit_marl.sigint import exit_interrupted, forget_caught_interrupt
 from lit_marl.utils import instantiate
 
 TRAINER_DEFAULTS: dict[str, Any] = {
@@ -306,13 +307,13 @@ def main(args: list[str] | None = None) -> None:
             # Ctrl-C outside training, or a second one: whatever it surfaced as (Lightning's exit 1, an error
             # from inside torchrl), the user pressed Ctrl-C
             argv = sys.argv[1:] if args is None else list(args)
-            print(f"lit-marl: stopped by Ctrl-C; {checkpoints_after_ctrl_c(argv[0] if argv else '')}",
-                  file=sys.stderr)
-            raise SystemExit(EXIT_INTERRUPTED) from None
+            exit_interrupted(f"lit-marl: stopped by Ctrl-C; {checkpoints_after_ctrl_c(argv[0] if argv else '')}")
         raise
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+        if Interrupts.count:  # a press some library caught: the exit code chosen stands (130 after training stops)
+            forget_caught_interrupt()
 
 
 def checkpoints_after_ctrl_c(command: str) -> str:

@@ -32,6 +32,7 @@ import yaml
 from lit_marl.atomic import write_atomic
 from lit_marl.errors import ConfigError
 from lit_marl.evaluation.statistics import iqm
+from lit_marl.sigint import forget_caught_interrupt
 from lit_marl.tune.journal import journal_storage
 from lit_marl.tune.pruning import PRUNED_AT
 from lit_marl.tune.space import TuneSettings, make_pruner, make_sampler, parse_settings
@@ -265,6 +266,7 @@ def main(argv: list[str]) -> int:
     try:
         Worker(root, settings, config, index, log=lambda line: print(line, flush=True)).run()
     except KeyboardInterrupt:
+        forget_caught_interrupt()
         return 130
     return 0
 

@@ -205,3 +205,91 @@ def test_ckpt_path_last_resumes_the_newest_run(capsys, tmp_path):
     assert yaml.safe_load((second / "config.yaml").read_text())["ckpt_path"] == str(
         Path("runs/quickstart/version_0/checkpoints/last.ckpt"))
     assert [float(r["counters/frames"]) for r in rows(second) if r.get("counters/iteration")] == [120.0]
+
+
+# Each entry point a Ctrl-C can end, run under ``python -m`` as lit-marl's grids and studies start runs; the press
+# lands inside code run by ``exec`` of a string, as a generated dataclass ``__init__`` or ``six`` does while torch and
+# Lightning are imported (test_kill_anywhere's Ctrl-C case ended by SIGINT, exit -2, about one start-up kill in ten).
+_INTERRUPTED_ENTRIES = {
+    "start-up": """
+import importlib.abc, runpy, sys
+
+class InterruptImportingCli(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "lit_marl.cli":
+            exec("raise KeyboardInterrupt")
+
+sys.meta_path.insert(0, InterruptImportingCli())
+runpy.run_module("lit_marl", run_name="__main__")
+""",
+    "start-up, dropped": """
+import importlib.abc, os, runpy, signal, sys, time
+
+class DropThePressThenFail(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "lit_marl.cli":
+            try:  # a library catching everything around an import the press interrupted
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(10)
+            except BaseException:
+                pass
+            raise RecursionError("maximum recursion depth exceeded")  # numpy's, half-imported
+
+sys.meta_path.insert(0, DropThePressThenFail())
+runpy.run_module("lit_marl", run_name="__main__")
+""",
+    "command": """
+import lit_marl.cli as cli
+from lit_marl.callbacks.preemption import Interrupts
+
+def interrupted(args):
+    Interrupts.count += 1
+    exec("raise KeyboardInterrupt")
+
+cli._run = interrupted
+cli.main(["fit"])
+""",
+    "caught in training": """
+import lit_marl.cli as cli
+from lit_marl.callbacks.preemption import Interrupts
+
+def stopped_after_an_iteration(args):
+    Interrupts.count += 1
+    try:
+        exec("raise KeyboardInterrupt")  # some library drops it; training stops after its iteration
+    except KeyboardInterrupt:
+        pass
+    raise SystemExit(cli.EXIT_INTERRUPTED)
+
+cli._run = stopped_after_an_iteration
+cli.main(["fit"])
+""",
+    "study worker": """
+import pathlib, sys
+import lit_marl.tune.study as study
+
+class Worker:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def run(self):
+        exec("raise KeyboardInterrupt")
+
+for name in (study.SETTINGS_FILE, study.BASE_CONFIG):
+    pathlib.Path(name).write_text("{}")
+study.parse_settings, study.Worker = (lambda settings: settings), Worker
+sys.exit(study.main([".", "0"]))
+""",
+}
+
+
+@pytest.mark.parametrize("entry", list(_INTERRUPTED_ENTRIES))
+def test_a_ctrl_c_caught_anywhere_exits_130_not_by_sigint(tmp_path, entry):
+    (tmp_path / "interrupted_entry.py").write_text(_INTERRUPTED_ENTRIES[entry])
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]))
+    done = subprocess.run([sys.executable, "-m", "interrupted_entry"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 130, (done.returncode, done.stderr[-3000:])
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    if entry in ("start-up", "start-up, dropped", "command"):
+        assert "lit-marl: stopped by Ctrl-C" in done.stderr, done.stderr[-3000:]
