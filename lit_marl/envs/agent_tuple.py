@@ -47,7 +47,7 @@ class AgentTupleEnv(EnvBase):
     ``(group, "reward")`` ``[n_agents, 1]`` and, where the simulator has action masks (:attr:`has_action_mask`) and
     ``action_mask`` asks for them, ``(group, "action_mask")`` ``[n_agents, n_actions]`` (True = legal). ``done``,
     ``terminated`` and ``truncated`` are at the root, shaped ``[1]``: :meth:`_ends_task` says whether a ``done`` of
-    the simulator ends the task (a time limit does not).
+    the simulator ends the task (a time limit does not, unless ``time_limit_terminal``).
 
     The seed given to :meth:`set_seed` seeds the next reset (``env.reset(seed=...)``); later resets draw from the
     simulator's own generator, so a batch's episodes follow from the seed alone.
@@ -57,15 +57,18 @@ class AgentTupleEnv(EnvBase):
         groups: ``{group: [agent indices]}`` (indices into the Tuple spaces).
         device: where the env's tensors live.
         action_mask: give the action masks where the simulator has them.
+        time_limit_terminal: mark every end of an episode ``terminated``, the time limit's too (EPyMARL's 2021
+            convention, see :class:`AgentTupleTask`); by default a time limit is a truncation.
     """
 
     #: whether :meth:`_action_mask` reads the simulator's legal actions
     has_action_mask: ClassVar[bool] = False
 
     def __init__(self, env: gym.Env, groups: dict[str, list[int]], device: torch.device | str = "cpu",
-                 action_mask: bool = True) -> None:
+                 action_mask: bool = True, time_limit_terminal: bool = False) -> None:
         super().__init__(device=device, batch_size=torch.Size([]))
         self._masked = self.has_action_mask and action_mask
+        self._time_limit_terminal = time_limit_terminal
         self._env = env
         self._groups = {g: list(indices) for g, indices in groups.items()}
         self._n_agents = len(env.observation_space)
@@ -131,7 +134,7 @@ class AgentTupleEnv(EnvBase):
                 actions[i] = int(action)
         observations, rewards, done, truncated, _ = self._env.step(tuple(actions))
         ended = bool(done) or bool(truncated)
-        terminated = bool(done) and self._ends_task()
+        terminated = ended if self._time_limit_terminal else bool(done) and self._ends_task()
         out = self._observations(observations)
         reward = torch.as_tensor(np.asarray(rewards, dtype=np.float32), device=self.device).unsqueeze(-1)
         for group, indices in self._groups.items():
@@ -152,10 +155,11 @@ class AgentTupleEnv(EnvBase):
 
 
 def _make_episode(env_type: type[AgentTupleEnv], simulator: str, kwargs: dict[str, Any], groups: dict[str, list[int]],
-                  device: str, action_mask: bool) -> AgentTupleEnv:
+                  device: str, action_mask: bool, time_limit_terminal: bool) -> AgentTupleEnv:
     """One episode (module level, so worker processes can unpickle it through functools.partial)."""
     module, _, name = simulator.rpartition(".")
-    return env_type(getattr(importlib.import_module(module), name)(**kwargs), groups, device, action_mask)
+    return env_type(getattr(importlib.import_module(module), name)(**kwargs), groups, device, action_mask,
+                    time_limit_terminal)
 
 
 class AgentTupleTask(Task):
@@ -165,12 +169,20 @@ class AgentTupleTask(Task):
     import path), and implement :meth:`simulator_kwargs`, :attr:`agents` and :attr:`name`; their ``__init__`` sets
     ``_max_steps``, ``agent_groups`` (checked with :func:`group_agents`) and ``num_workers`` (checked with
     :func:`check_workers`). Actions are discrete.
+
+    ``time_limit_terminal`` (an argument of the EPyMARL-suite tasks, LBF and RWARE) stores an episode cut by its time
+    limit as ``terminated``, so no value bootstraps through the cut. That biases the value targets of a task whose
+    state does not show the time left (Pardo et al. 2018) and is off by default; EPyMARL's 2021 code, which its
+    paper's LBF and RWARE results came from, did it (its gymma wrapper returned an empty info, so its runners never
+    saw ``episode_limit``), as pymarlzooplus's wrapper still does. Set it to compare with those numbers.
     """
 
     simulator_arguments = "env_kwargs"
     _continuous_actions = False
     #: give the simulator's action masks (where :attr:`env_type` has them); subclasses may make it an argument
     action_mask: bool = True
+    #: store an episode cut by the time limit as terminated (see the class docstring); subclasses make it an argument
+    time_limit_terminal: bool = False
     env_type: type[AgentTupleEnv] = AgentTupleEnv
     simulator_class: str = ""
 
@@ -196,7 +208,7 @@ class AgentTupleTask(Task):
         index = {agent: i for i, agent in enumerate(self.agents)}
         groups = {g: [index[a] for a in members] for g, members in self.groups.items()}
         make = functools.partial(_make_episode, self.env_type, self.simulator_class, self.simulator_kwargs(), groups,
-                                 str(device), self.action_mask)
+                                 str(device), self.action_mask, self.time_limit_terminal)
         return batched_env(make, num_envs, device, num_workers=self.num_workers, seed=seed)
 
     @override

@@ -79,6 +79,8 @@ class LbfTask(AgentTupleTask):
             ``"one_group_per_agent"``, or ``{group: [agent names]}`` over ``agent_0`` … ``agent_<players-1>``.
         num_workers: worker processes stepping the episodes (torchrl ``ParallelEnv``, each an equal share of
             ``num_envs``); 1 steps them one after the other in this process. LBF simulates one episode per object.
+        time_limit_terminal: store an episode cut at ``max_steps`` as terminated, not truncated: EPyMARL's 2021
+            convention, biased (:class:`~lit_marl.envs.agent_tuple.AgentTupleTask`); default false.
 
     Examples:
         >>> task = LbfTask("Foraging-8x8-2p-2f-coop-v3")
@@ -104,11 +106,13 @@ class LbfTask(AgentTupleTask):
         action_mask: bool = True,
         agent_groups: str | dict[str, list[str]] | None = None,
         num_workers: int = 1,
+        time_limit_terminal: bool = False,
     ) -> None:
         check_types(LbfTask.__init__, dict(env_id=env_id, field_size=field_size, players=players,
                                            max_num_food=max_num_food, force_coop=force_coop, sight=sight,
                                            max_steps=max_steps, env_kwargs=env_kwargs, action_mask=action_mask,
-                                           num_workers=num_workers), prefix="task.")
+                                           num_workers=num_workers, time_limit_terminal=time_limit_terminal),
+                    prefix="task.")
         ids = lbf_ids()  # a missing package is named before anything else
         sizes = dict(field_size=field_size, players=players, max_num_food=max_num_food, force_coop=force_coop,
                      sight=sight)
@@ -141,6 +145,7 @@ class LbfTask(AgentTupleTask):
         registered = gym.registry[env_id].kwargs["max_episode_steps"] if env_id is not None else 50
         self._max_steps = registered if max_steps is None else positive_int("task.max_steps", max_steps)
         self.action_mask = bool(action_mask)
+        self.time_limit_terminal = time_limit_terminal
         self.agent_groups = agent_groups
         self.groups  # noqa: B018 - checks agent_groups against the players
         self._set_workers(num_workers)

@@ -66,6 +66,8 @@ class RwareTask(AgentTupleTask):
             ``"one_group_per_agent"``, or ``{group: [agent names]}`` over ``agent_0`` … ``agent_<n_agents-1>``.
         num_workers: worker processes stepping the episodes (torchrl ``ParallelEnv``, each an equal share of
             ``num_envs``); 1 steps them one after the other in this process. RWARE simulates one episode per object.
+        time_limit_terminal: store the cut at ``max_steps`` (every episode's end) as terminated, not truncated:
+            EPyMARL's 2021 convention, biased (:class:`~lit_marl.envs.agent_tuple.AgentTupleTask`); default false.
 
     Examples:
         >>> task = RwareTask("rware-tiny-2ag-v2")
@@ -88,10 +90,11 @@ class RwareTask(AgentTupleTask):
         env_kwargs: dict[str, Any] | None = None,
         agent_groups: str | dict[str, list[str]] | None = None,
         num_workers: int = 1,
+        time_limit_terminal: bool = False,
     ) -> None:
         check_types(RwareTask.__init__, dict(env_id=env_id, size=size, n_agents=n_agents, difficulty=difficulty,
-                                             max_steps=max_steps, env_kwargs=env_kwargs, num_workers=num_workers),
-                    prefix="task.")
+                                             max_steps=max_steps, env_kwargs=env_kwargs, num_workers=num_workers,
+                                             time_limit_terminal=time_limit_terminal), prefix="task.")
         ids = rware_ids()  # a missing package is named before anything else
         settings = dict(size=size, n_agents=n_agents, difficulty=difficulty)
         if env_id is not None:
@@ -135,6 +138,7 @@ class RwareTask(AgentTupleTask):
                      "env_id" if env_id is not None else "difficulty")
             raise ConfigError(f"task.{field}: {self._label()} requests {requests!r} shelves at a time; allowed: at "
                               f"least 1 (an easier difficulty, more robots, or env_kwargs.request_queue_size >= 1)")
+        self.time_limit_terminal = time_limit_terminal
         self.agent_groups = agent_groups
         self.groups  # noqa: B018 - checks agent_groups against the robots
         self._set_workers(num_workers)

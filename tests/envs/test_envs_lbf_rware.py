@@ -129,6 +129,24 @@ def test_lbf_collecting_all_food_terminates_and_the_step_limit_truncates():
             assert end == 19 and returns[e, end] == 0
 
 
+def test_lbf_time_limit_terminal_marks_the_cut_terminated_and_changes_nothing_else():
+    """EPyMARL's 2021 convention (its wrapper dropped the time-limit flag): the cut at max_steps is terminated too;
+    the episodes, rewards and ``done`` are the same as by default. Kept in the task's config."""
+    kwargs = dict(field_size=5, players=2, max_num_food=1, max_steps=20)
+    torch.manual_seed(0)  # the random actions
+    default = LbfTask(**kwargs).make_env(num_envs=16, seed=0).rollout(20, break_when_any_done=False)
+    task = LbfTask(**kwargs, time_limit_terminal=True)
+    torch.manual_seed(0)
+    terminal = task.make_env(num_envs=16, seed=0).rollout(20, break_when_any_done=False)
+    for key in [("next", "agents", "observation"), ("next", "agents", "reward"), ("next", "done")]:
+        assert torch.equal(terminal[key], default[key]), key
+    assert default["next", "truncated"].any()  # some episodes were cut: the convention has something to change
+    assert torch.equal(terminal["next", "terminated"], default["next", "done"])
+    assert not terminal["next", "truncated"].any()
+    rebuilt = instantiate(task.to_config(), Task, "task")
+    assert rebuilt.time_limit_terminal is True and LbfTask(**kwargs).time_limit_terminal is False
+
+
 # ---------------------------------------------------------------------------------------------- RWARE
 def test_rware_id_and_settings_build_the_same_warehouse():
     task = RwareTask("rware-tiny-2ag-v2")
@@ -154,6 +172,7 @@ def test_rware_id_and_settings_build_the_same_warehouse():
 
 def test_rware_seeds_fix_the_first_observations_and_episodes_are_truncated_at_max_steps():
     task = RwareTask("rware-tiny-2ag-v2", max_steps=8)
+    torch.manual_seed(0)  # the random actions
     first = task.make_env(num_envs=3, seed=3).rollout(8, break_when_any_done=False)
     again = task.make_env(num_envs=3, seed=3).reset()["agents", "observation"]
     other = task.make_env(num_envs=3, seed=4).reset()["agents", "observation"]
@@ -163,6 +182,11 @@ def test_rware_seeds_fix_the_first_observations_and_episodes_are_truncated_at_ma
     assert done[:, -1].all() and not done[:, :-1].any()
     assert first["next", "truncated"][:, -1].all() and not first["next", "terminated"].any()  # no end state
     assert first["next", "agents", "reward"].shape == (3, 8, 2, 1)
+    terminal = RwareTask("rware-tiny-2ag-v2", max_steps=8, time_limit_terminal=True).make_env(num_envs=3, seed=3)
+    torch.manual_seed(0)
+    cut = terminal.rollout(8, break_when_any_done=False)
+    assert torch.equal(cut["next", "terminated"], first["next", "done"]) and not cut["next", "truncated"].any()
+    assert torch.equal(cut["next", "agents", "observation"], first["next", "agents", "observation"])
 
 
 def test_worker_processes_step_the_same_episodes():
@@ -196,6 +220,8 @@ def test_worker_processes_step_the_same_episodes():
                                             r"'all_in_one_group', 'one_group_per_agent' or a mapping"),
     (lambda: LbfTask(agent_groups={"a": ["agent_0"]}), r"task.agent_groups: .* does not put each agent in exactly one"),
     (lambda: LbfTask(num_workers=0), r"task.num_workers: must be a positive integer, got 0"),
+    (lambda: LbfTask(time_limit_terminal="yes"), r"task.time_limit_terminal: must be true or false, got 'yes'"),
+    (lambda: RwareTask(time_limit_terminal=1), r"task.time_limit_terminal: must be true or false, got 1"),
     (lambda: LbfTask(env_kwargs={"max_player_level": 0}).specs,
      r"task.env_kwargs: ForagingEnv\(players=2, .*max_player_level=0.*\) failed to build with env_kwargs="
      r"\{'max_player_level': 0\}: .*allowed: arguments and values lbforaging.foraging.environment.ForagingEnv accepts"),
