@@ -6,8 +6,9 @@ observation); ``--algorithm qmix`` sets EPyMARL's values (``use_rnn=False``, ``o
 5,000-episode buffer and EPyMARL's test protocol (100 greedy episodes every 50,000 steps), as
 ``configs/qmix_rware.yaml`` has them.
 pymarlzooplus's gymma wrapper also drops the flag that tells its runner an episode was cut by the time limit, so there
-the limit is terminal; the runs here restore EPyMARL's handling (the TD target bootstraps at the limit, as lit-marl's
-does) unless ``--time-limit-terminal`` is given.
+the limit is terminal, as it was in EPyMARL's 2021 code (the paper's); the runs here restore the handling of EPyMARL's
+current repository (the TD target bootstraps at the limit, as lit-marl's does by default) unless
+``--time-limit-terminal`` is given (lit-marl's counterpart: ``task.init_args.time_limit_terminal: true``).
 Anything else goes after the options as sacred's ``key=value``::
 
     bash benchmarks/vs_epymarl/setup.sh
@@ -35,8 +36,9 @@ TEST = ["test_nepisode=100", "test_interval=50000", "log_interval=50000", "learn
 ENTRY = '''import sys
 from pymarlzooplus import pymarlzooplus
 if sys.argv[1] == "--epymarl-time-limit":
-    # EPyMARL's gymma wrapper reports an episode cut by the time limit as episode_limit, so its runner stores it as not
-    # terminated and the TD target bootstraps there; pymarlzooplus's returns no info, so the limit reads as terminal
+    # EPyMARL's current gymma wrapper reports an episode cut by the time limit as episode_limit, so its runner stores it
+    # as not terminated and the TD target bootstraps there; pymarlzooplus's (as EPyMARL's 2021 one) returns no info, so
+    # the limit reads as terminal
     from pymarlzooplus.envs import gym_wrapper
 
     step = gym_wrapper._GymmaWrapper.step
@@ -64,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="a new folder for the runs")
     parser.add_argument("--venv", type=Path, default=ROOT / ".venv-epymarl")
     parser.add_argument("--time-limit-terminal", action="store_true",
-                        help="keep pymarlzooplus's handling: an episode cut by the time limit is terminal (EPyMARL's, "
-                             "the default here, bootstraps there as lit-marl does)")
+                        help="keep pymarlzooplus's handling, EPyMARL 2021's: an episode cut by the time limit is "
+                             "terminal (EPyMARL's current one, the default here, bootstraps there as lit-marl does)")
     parser.add_argument("overrides", nargs="*", help="more sacred settings, key=value")
     args = parser.parse_args(argv)
     python = args.venv / "bin" / "python"

@@ -453,4 +453,5 @@ def test_the_shipped_epymarl_reference_points_read_in_lit_marls_units():
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "vs_epymarl" / "references_lbf.yaml"
     task = "lbf/Foraging-8x8-2p-2f-coop-v3"
     points = read_references(path, [task])[task]
-    assert len(points) == 2 and all(0 < p["return"] <= 0.5 and p["frames"] == 2_000_000 for p in points)
+    assert all(0 < p["return"] <= 0.5 and p["frames"] == 2_000_000 for p in points)
+    assert sorted(p["return"] for p in points) == [0.2, 0.21, 0.2375]  # seeds 2, 0, 1: EPyMARL's 0.400 / 0.420 / 0.475
