@@ -261,6 +261,9 @@ class SequentialSAC(OffPolicyLearner):
         if self.use_prioritized_replay_buffer and self.n_step > 1:
             raise ConfigError(f"use_prioritized_replay_buffer: true with n_step={self.n_step}; priorities of n-step "
                               f"transitions are not supported yet; allowed: false, or n_step: 1")
+        if self.sample_episodes and self.n_step > 1:
+            raise ConfigError(f"sample_episodes: true with n_step={self.n_step}; n-step transitions reach the buffer "
+                              f"late and each marks the episode's end where its window does; allowed: false, or n_step: 1")
 
     @property
     def n_agents(self) -> int:

@@ -384,7 +384,7 @@ class OffPolicySource(Protocol):
 def replay_minibatches(run: OffPolicySource, steps: int, batch_size: int) -> Iterator[TensorDictBase]:
     """Collect ``frames_per_batch`` frames, add each group's part to that group's replay buffer, then yield ``steps``
     minibatches ``{group: sample}`` of ``batch_size`` transitions each (with a recurrent policy: slices of
-    ``burn_in + chunk_length`` consecutive steps)."""
+    ``burn_in + chunk_length`` consecutive steps; with ``sample_episodes``: every step of ``batch_size`` episodes)."""
     batch = run.collection.collect()
     run.collection.mark_training_start()  # training time includes processing the batch and storing it
     with torch.no_grad():
@@ -396,7 +396,9 @@ def replay_minibatches(run: OffPolicySource, steps: int, batch_size: int) -> Ite
     if run.chunk_length is None:
         for _ in range(steps):
             samples = {group: buffer.sample(size).to(run.device) for group, buffer in buffers.items()}
-            yield TensorDict(samples, batch_size=[size], device=run.device)
+            # whole episodes (EpisodeSampler): each group's sample has as many rows as its episodes have steps
+            rows = {sample.batch_size[0] for sample in samples.values()}
+            yield TensorDict(samples, batch_size=[size] if rows == {size} else [], device=run.device)
         return
     # recurrent policy: [slices, burn_in + chunk_length] of consecutive steps
     span = getattr(next(iter(run.learners.values())), "burn_in", 0) + run.chunk_length

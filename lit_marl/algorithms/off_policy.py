@@ -22,7 +22,7 @@ from typing_extensions import override
 from lit_marl.algorithms.learner import GroupLearner
 from lit_marl.algorithms.loops import OffPolicyLoop
 from lit_marl.data.replay import BUFFER_DEVICES, TRAJECTORY_KEY, ReplayShape
-from lit_marl.errors import ConfigError, non_negative_int, positive_int, unit_interval
+from lit_marl.errors import ConfigError, check_types, non_negative_int, positive_int, unit_interval
 from lit_marl.models.recurrent import recurrent_state_specs, sequence_mode
 from lit_marl.utils import deepcopy_keeping_shared_tensors
 
@@ -63,7 +63,12 @@ class OffPolicyLearner(GroupLearner):
     A subclass implements :meth:`build_exploration` where its policy explores by more than sampling.
 
     Args:
-        memory_size: replay buffer capacity per group (transitions).
+        memory_size: replay buffer capacity per group (transitions; episodes with ``sample_episodes``).
+        sample_episodes: EPyMARL's episode replay (Papoudakis et al., 2021): every minibatch is ``train_batch_size``
+            distinct whole episodes (its ``batch_size``), drawn uniformly among the ``memory_size`` most recent
+            complete ones (its ``buffer_size``); the loss averages over their steps, so a minibatch's number of
+            transitions varies with the episodes' lengths. Feed-forward policies; the storage holds
+            ``(memory_size + 2 * num_envs) * max_steps`` transitions.
         init_random_frames: frames collected with uniformly random actions before the policy acts.
         use_prioritized_replay_buffer: sample by TD error (Schaul et al., 2016) with ``prb_alpha``/``prb_beta``.
         prb_alpha: how strongly priorities skew sampling (0: uniform).
@@ -91,6 +96,7 @@ class OffPolicyLearner(GroupLearner):
         group,
         run,
         memory_size: int = 1_000_000,
+        sample_episodes: bool = False,
         init_random_frames: int = 0,
         use_prioritized_replay_buffer: bool = False,
         prb_alpha: float = 0.6,
@@ -104,6 +110,8 @@ class OffPolicyLearner(GroupLearner):
         **kwargs: Any,
     ) -> None:
         self.memory_size = positive_int("memory_size", memory_size)
+        check_types(OffPolicyLearner.__init__, {"sample_episodes": sample_episodes})
+        self.sample_episodes = sample_episodes
         if run.batch_size > self.memory_size:
             raise ConfigError(f"train_batch_size: {run.batch_size} is larger than memory_size={memory_size}; "
                               f"allowed: 1..{memory_size}")
@@ -148,6 +156,14 @@ class OffPolicyLearner(GroupLearner):
                 f"recurrent policies (actor_model) on sampled sequences, but their critics are feed-forward for now; "
                 f"allowed: Mlp, Cnn, DeepSets, Gnn, Sequence of those (or MAPPO/IPPO for a recurrent critic)"
             )
+        if self.sample_episodes:
+            for name, value, allowed in (("actor_model", type(self.actor_model).__name__ if self.recurrent else None,
+                                          "a feed-forward model (recurrent ones train on sampled slices)"),
+                                         ("use_prioritized_replay_buffer", self.use_prioritized_replay_buffer or None,
+                                          "false (episodes are drawn uniformly)")):
+                if value is not None:
+                    raise ConfigError(f"{name}: {value!r} does not combine with sample_episodes: true; allowed: "
+                                      f"{allowed}, or sample_episodes: false")
         if self.recurrent:
             if self.use_prioritized_replay_buffer:
                 raise ConfigError("use_prioritized_replay_buffer: true is not supported with a recurrent actor_model "
@@ -177,6 +193,10 @@ class OffPolicyLearner(GroupLearner):
 
     def replay_shape(self) -> ReplayShape:
         """What the group's replay buffer looks like (the run builds it)."""
+        if self.sample_episodes:
+            # the window's episodes, the ones still running and those that started before the oldest of the window
+            capacity = (self.memory_size + 2 * self.run.num_envs) * self.task.max_steps
+            return ReplayShape(capacity, self.buffer_device, episodes=self.memory_size)
         return ReplayShape(self.memory_size, self.buffer_device,
                            priority=(self.prb_alpha, self.prb_beta) if self.use_prioritized_replay_buffer else None,
                            slice_length=self.burn_in + self.chunk_length if self.recurrent else None)
@@ -218,6 +238,8 @@ class OffPolicyLearner(GroupLearner):
         if self.recurrent:
             states = list(recurrent_state_specs(self.policy))
             keys += [*states, *(("next", *key) for key in states), "is_init", TRAJECTORY_KEY]
+        if self.sample_episodes:
+            keys += [TRAJECTORY_KEY, ("next", "done")]  # what numbers the episodes
         return list(dict.fromkeys(keys))
 
     def replay_frames(self, batch: TensorDictBase) -> TensorDictBase:

@@ -24,6 +24,13 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.data.replay_buffers.storages import Storage
 from typing_extensions import override
 
+#: where a replay buffer keeps its transitions (``buffer_device``): CPU memory, the training device, or a memory-mapped
+#: file in the run folder
+BUFFER_DEVICES = ("cpu", "train", "disk")
+#: the episode number the torchrl collector gives every step (sequence sampling keeps slices inside one episode)
+TRAJECTORY_KEY = ("collector", "traj_ids")
+
+
 
 class TensorPrioritizedSampler(Sampler):
     """Proportional prioritized sampling (Schaul et al., 2016, "Prioritized Experience Replay").
@@ -120,6 +127,132 @@ class TensorPrioritizedSampler(Sampler):
         self.load_state_dict(torch.load(Path(path) / "prioritized_sampler.pt", weights_only=True))
 
 
+class EpisodeSampler(Sampler):
+    """Whole episodes, as EPyMARL's episode buffer samples them (Papoudakis et al., 2021): each draw is every stored
+    step of ``batch_size`` distinct episodes, chosen uniformly among the ``window`` most recent complete ones.
+
+    The storage keeps transitions; this sampler numbers the episodes as rows arrive (:meth:`extend` reads each new
+    row's collector episode id and ``done``), so ids the collector repeats after a resume never merge two episodes.
+    An episode is complete once its first and last steps are both stored: episodes still running, and old ones the
+    storage has partly overwritten, are never drawn. Fewer complete episodes than ``batch_size`` are drawn all (the
+    first updates of a run; EPyMARL waits for ``batch_size`` of them). Draws use torch's global generator (restored by
+    a checkpoint's RNG state).
+
+    Args:
+        storage: the buffer's storage (read for the ids and ``done`` of new rows).
+        window: episodes sampled from (EPyMARL's ``buffer_size``); the storage must hold at least this many.
+        traj_key: the collector's episode id of each step.
+        done_key: the step ended its episode.
+    """
+
+    def __init__(self, storage: Storage, window: int, traj_key: Any = TRAJECTORY_KEY,
+                 done_key: Any = ("next", "done")) -> None:
+        self.storage = storage
+        self.window = window
+        self.traj_key = traj_key
+        self.done_key = done_key
+        self._empty()
+
+    @override
+    def _empty(self) -> None:
+        capacity = self.storage.max_size
+        self._episode = torch.full((capacity,), -1, dtype=torch.long)  # the episode number of each row
+        self._first = torch.zeros(capacity, dtype=torch.bool)  # the row is its episode's first step
+        self._last = torch.zeros(capacity, dtype=torch.bool)  # ... its last step
+        self._open: dict[int, int] = {}  # collector id -> episode number, for episodes not ended yet
+        self._next_episode = 0
+        self._complete: torch.Tensor | None = None  # complete_episodes() until the next write
+
+    @override
+    def extend(self, index: torch.Tensor) -> None:
+        index = torch.as_tensor(index, dtype=torch.long).reshape(-1).cpu()
+        rows = self.storage.get(index)
+        ids = rows.get(self.traj_key).reshape(-1).cpu()
+        done = rows.get(self.done_key).reshape(index.numel(), -1).any(-1).cpu()
+        episode = torch.empty_like(ids)
+        first = torch.zeros_like(done)
+        for collector_id in torch.unique(ids).tolist():  # ascending: later episodes get larger numbers
+            rows_of = ids == collector_id
+            number = self._open.get(collector_id)
+            if number is None:
+                number = self._open[collector_id] = self._next_episode
+                self._next_episode += 1
+                first[rows_of.nonzero()[0]] = True
+            episode[rows_of] = number
+        for collector_id in torch.unique(ids[done]).tolist():
+            del self._open[collector_id]
+        self._episode[index] = episode
+        self._first[index] = first
+        self._last[index] = done
+        self._complete = None
+
+    @override
+    def add(self, index: int) -> None:
+        self.extend(torch.tensor([index]))
+
+    def complete_episodes(self) -> torch.Tensor:
+        """The numbers of the episodes whose first and last steps are stored, ascending."""
+        if self._complete is None:
+            n = len(self.storage)
+            episode = self._episode[:n]
+            started = episode[self._first[:n]]
+            ended = episode[self._last[:n]]
+            self._complete = torch.unique(started[torch.isin(started, ended)])
+        return self._complete
+
+    @override
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        recent = self.complete_episodes()[-self.window:]
+        if recent.numel() == 0:
+            raise RuntimeError("no complete episode in the replay buffer yet: whole-episode sampling needs an "
+                               "episode to end within the first collected batch (frames_per_batch // num_envs >= "
+                               "the task's max_steps)")
+        chosen = recent[torch.randperm(recent.numel())[:batch_size]]
+        return torch.isin(self._episode[: len(storage)], chosen).nonzero().squeeze(-1), {}
+
+    @override
+    def update_priority(self, index, priority, *, storage=None) -> None:
+        return
+
+    @override
+    def mark_update(self, index, *, storage=None) -> None:
+        return
+
+    @property
+    @override
+    def default_priority(self) -> float:
+        return 1.0
+
+    @property
+    @override
+    def ran_out(self) -> bool:
+        return False
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        n = len(self.storage)
+        return {"episode": self._episode[:n].clone(), "first": self._first[:n].clone(),
+                "last": self._last[:n].clone(), "next_episode": self._next_episode}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._empty()
+        n = state_dict["episode"].numel()
+        self._episode[:n] = state_dict["episode"]
+        self._first[:n] = state_dict["first"]
+        self._last[:n] = state_dict["last"]
+        self._next_episode = int(state_dict["next_episode"])
+        # a resumed run's collector starts new episodes (and may reuse ids): the ones cut by the stop stay incomplete
+
+    @override
+    def dumps(self, path) -> None:
+        torch.save(self.state_dict(), Path(path) / "episode_sampler.pt")
+
+    @override
+    def loads(self, path) -> None:
+        self.load_state_dict(torch.load(Path(path) / "episode_sampler.pt", weights_only=True))
+
+
 def buffer_state(buffer: TensorDictReplayBuffer) -> dict[str, Any]:
     """The filled part of a buffer (not its whole capacity: an early checkpoint of a 1M-transition buffer
     would otherwise be mostly zeros), its write cursor and its sampler's state, as plain tensors."""
@@ -151,13 +284,6 @@ def load_buffer_state(buffer: TensorDictReplayBuffer, state: dict[str, Any]) -> 
     buffer.sampler.load_state_dict(state["sampler"])
 
 
-#: where a replay buffer keeps its transitions (``buffer_device``): CPU memory, the training device, or a memory-mapped
-#: file in the run folder
-BUFFER_DEVICES = ("cpu", "train", "disk")
-#: the episode number the torchrl collector gives every step (sequence sampling keeps slices inside one episode)
-TRAJECTORY_KEY = ("collector", "traj_ids")
-
-
 @dataclass(frozen=True)
 class ReplayShape:
     """What every group's replay buffer of one algorithm looks like.
@@ -168,12 +294,15 @@ class ReplayShape:
         priority: ``(alpha, beta)`` of prioritized replay, or None for uniform sampling.
         slice_length: with recurrent policies, the steps of each sampled slice of one episode (burn-in + sequence);
             None samples single transitions.
+        episodes: sample whole episodes among this many most recent complete ones (:class:`EpisodeSampler`); None
+            samples single transitions.
     """
 
     capacity: int
     where: str = "cpu"
     priority: tuple[float, float] | None = None
     slice_length: int | None = None
+    episodes: int | None = None
 
 
 def replay_buffer(group: str, shape: ReplayShape, device: torch.device, scratch_dir: Path) -> TensorDictReplayBuffer:
@@ -186,6 +315,8 @@ def replay_buffer(group: str, shape: ReplayShape, device: torch.device, scratch_
         # slices of consecutive steps of one episode (the collector numbers each episode); burn-in steps first
         sampler = SliceSampler(slice_len=shape.slice_length, traj_key=TRAJECTORY_KEY, end_key=None,
                                strict_length=True)
+    elif shape.episodes is not None:
+        sampler = EpisodeSampler(storage, shape.episodes)
     elif shape.priority is not None:
         sampler = TensorPrioritizedSampler(shape.capacity, alpha=shape.priority[0], beta=shape.priority[1])
     else:

@@ -221,6 +221,7 @@ def test_the_agent_order_changes_and_resume_continues_it_bitwise(tmp_path):
     ({"n_step": 0}, ["n_step"]),
     ({"critic_lr": -1.0}, ["critic_lr"]),
     ({"use_prioritized_replay_buffer": True, "n_step": 3}, ["use_prioritized_replay_buffer", "n_step=3"]),
+    ({"sample_episodes": True, "n_step": 2}, ["sample_episodes: true with n_step=2", "allowed: false, or n_step: 1"]),
     ({"compile": True}, ["compile: true", "allowed: false"]),
 ])
 def test_bad_settings_are_refused_by_name(overrides, fragments, monkeypatch):
