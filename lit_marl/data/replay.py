@@ -31,7 +31,6 @@ BUFFER_DEVICES = ("cpu", "train", "disk")
 TRAJECTORY_KEY = ("collector", "traj_ids")
 
 
-
 class TensorPrioritizedSampler(Sampler):
     """Proportional prioritized sampling (Schaul et al., 2016, "Prioritized Experience Replay").
 
