@@ -31,12 +31,12 @@ def test_training_time_counts_processing_the_batch_and_collection_time_does_not(
 
     model = MAPPO(tiny_task(), **tiny_kwargs()) if algorithm == "mappo" else MADDPG(tiny_task(), **ddpg_kwargs())
     process_batch = model.process_batch
-    monkeypatch.setattr(model, "process_batch", lambda batch: time.sleep(0.3) or process_batch(batch))
+    monkeypatch.setattr(model, "process_batch", lambda batch: time.sleep(1.0) or process_batch(batch))
     trainer = tiny_trainer(tmp_path, max_epochs=1, limit_val_batches=0)
     trainer.fit(model)
     rows = [r for r in csv.DictReader(open(tmp_path / "run" / "version_0" / "metrics.csv"))
             if r.get("timers/iteration_time")]
     collection, training, iteration = (float(rows[0][f"timers/{t}_time"]) for t in ("collection", "training",
                                                                                       "iteration"))
-    assert training >= 0.3 > collection
+    assert training >= 1.0 > collection  # a collection on a loaded machine took 0.8 s
     assert collection + training <= iteration
