@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import unravel_key_list
@@ -31,7 +31,20 @@ BUFFER_DEVICES = ("cpu", "train", "disk")
 TRAJECTORY_KEY = ("collector", "traj_ids")
 
 
-class TensorPrioritizedSampler(Sampler):
+class _StateInFile:
+    """A sampler's ``dumps``/``loads`` (torchrl's saving of a buffer to a folder): its ``state_dict`` in one file."""
+
+    #: the file's name in the folder
+    state_file: ClassVar[str]
+
+    def dumps(self, path) -> None:
+        torch.save(self.state_dict(), Path(path) / self.state_file)
+
+    def loads(self, path) -> None:
+        self.load_state_dict(torch.load(Path(path) / self.state_file, weights_only=True))
+
+
+class TensorPrioritizedSampler(_StateInFile, Sampler):
     """Proportional prioritized sampling (Schaul et al., 2016, "Prioritized Experience Replay").
 
     Transition ``i`` is drawn with probability ``p_i / sum_j p_j`` where ``p_i = (|δ_i| + eps) ** alpha``;
@@ -44,6 +57,8 @@ class TensorPrioritizedSampler(Sampler):
         beta: importance-sampling correction exponent.
         eps: added to every priority so none is zero.
     """
+
+    state_file = "prioritized_sampler.pt"
 
     def __init__(self, max_capacity: int, alpha: float, beta: float, eps: float = 1e-8) -> None:
         self.max_capacity = max_capacity
@@ -117,16 +132,8 @@ class TensorPrioritizedSampler(Sampler):
     def ran_out(self) -> bool:
         return False
 
-    @override
-    def dumps(self, path) -> None:
-        torch.save(self.state_dict(), Path(path) / "prioritized_sampler.pt")
 
-    @override
-    def loads(self, path) -> None:
-        self.load_state_dict(torch.load(Path(path) / "prioritized_sampler.pt", weights_only=True))
-
-
-class EpisodeSampler(Sampler):
+class EpisodeSampler(_StateInFile, Sampler):
     """Whole episodes, as EPyMARL's episode buffer samples them (Papoudakis et al., 2021): each draw is every stored
     step of ``batch_size`` distinct episodes, chosen uniformly among the ``window`` most recent complete ones.
 
@@ -143,6 +150,8 @@ class EpisodeSampler(Sampler):
         traj_key: the collector's episode id of each step.
         done_key: the step ended its episode.
     """
+
+    state_file = "episode_sampler.pt"
 
     def __init__(self, storage: Storage, window: int, traj_key: Any = TRAJECTORY_KEY,
                  done_key: Any = ("next", "done")) -> None:
@@ -242,14 +251,6 @@ class EpisodeSampler(Sampler):
         self._last[:n] = state_dict["last"]
         self._next_episode = int(state_dict["next_episode"])
         # a resumed run's collector starts new episodes (and may reuse ids): the ones cut by the stop stay incomplete
-
-    @override
-    def dumps(self, path) -> None:
-        torch.save(self.state_dict(), Path(path) / "episode_sampler.pt")
-
-    @override
-    def loads(self, path) -> None:
-        self.load_state_dict(torch.load(Path(path) / "episode_sampler.pt", weights_only=True))
 
 
 def buffer_state(buffer: TensorDictReplayBuffer) -> dict[str, Any]:

@@ -1,11 +1,11 @@
-"""Whole-episode replay (EPyMARL's episode buffer, ``sample_episodes``): the sampler, and QMIX trained with it."""
+"""Whole-episode replay (EPyMARL's episode buffer, ``sample_episodes``): the sampler, and QMIX trained with it (its
+resume: ``test_q_learning.py::test_qmix_resume_continues_exactly``)."""
 
 from __future__ import annotations
 
 import lightning.pytorch as pl
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
@@ -101,25 +101,6 @@ def test_qmix_trains_on_whole_episodes_of_the_recent_window(tmp_path):
     # each is every stored step of its episode (in the order played: the storage has not wrapped around)
     for i in ids.unique():
         assert done[ids == i].tolist() == [False] * (int((ids == i).sum()) - 1) + [True]
-
-
-def test_whole_episode_replay_resumes_exactly(tmp_path):
-    def fit(name, max_epochs, ckpt_path=None):
-        pl.seed_everything(0)
-        model = QMIX(tiny_task(continuous_actions=False), **_episode_kwargs(frames_per_batch=40, memory_size=10))
-        checkpoint = ModelCheckpoint(dirpath=tmp_path / name, save_last=True, every_n_epochs=1,
-                                     save_on_train_epoch_end=True)
-        tiny_trainer(tmp_path / name, max_epochs=max_epochs, callbacks=[checkpoint],
-                     check_val_every_n_epoch=5).fit(model, ckpt_path=ckpt_path)
-        return model
-
-    fit("first", 2)
-    straight, resumed = fit("straight", 4), fit("resumed", 4, tmp_path / "first" / "last.ckpt")
-    assert resumed.frames == straight.frames == 160
-    samplers = straight.replay_buffers()["agents"].sampler, resumed.replay_buffers()["agents"].sampler
-    assert samplers[0].complete_episodes().tolist() == samplers[1].complete_episodes().tolist() == list(range(16))
-    for key, value in straight.state_dict().items():
-        assert torch.equal(value, resumed.state_dict()[key]), key
 
 
 @pytest.mark.parametrize(("overrides", "fragment"), [

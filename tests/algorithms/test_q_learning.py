@@ -121,13 +121,15 @@ def test_qmix_mixer_reads_the_global_state_where_the_task_has_one():
         QMIX(tiny_task(continuous_actions=False), **q_kwargs(mixer_input="state"))
 
 
-@pytest.mark.parametrize("standardise_rewards", [False, True])
-def test_qmix_resume_continues_exactly(tmp_path, standardise_rewards):
+@pytest.mark.parametrize("settings", [{}, {"standardise_rewards": True},
+                                      {"sample_episodes": True, "train_batch_size": 4, "memory_size": 10}],
+                         ids=["plain", "standardise_rewards", "sample_episodes"])
+def test_qmix_resume_continues_exactly(tmp_path, settings):
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     def fit(name, max_epochs, ckpt_path=None):
         pl.seed_everything(0)
-        model = QMIX(tiny_task(continuous_actions=False), **q_kwargs(standardise_rewards=standardise_rewards))
+        model = QMIX(tiny_task(continuous_actions=False), **q_kwargs(**settings))
         checkpoint = ModelCheckpoint(dirpath=tmp_path / name, save_last=True, every_n_epochs=1,
                                      save_on_train_epoch_end=True)
         tiny_trainer(tmp_path / name, max_epochs=max_epochs, callbacks=[checkpoint],
@@ -139,8 +141,11 @@ def test_qmix_resume_continues_exactly(tmp_path, standardise_rewards):
     assert resumed.frames == straight.frames == 160
     assert torch.equal(resumed.explorations["agents"].eps, straight.explorations["agents"].eps)
     assert len(resumed.replay_buffers()["agents"]) == 160
-    if standardise_rewards:  # the running moments came through the checkpoint: 4 iterations x 4 steps x 16 rewards
+    if "standardise_rewards" in settings:  # the running moments came through the checkpoint: 4 x 4 steps x 16 rewards
         assert resumed.learners["agents"].reward_statistics.count.item() == pytest.approx(4 * 4 * 16 + 1e-4)
+    if "sample_episodes" in settings:  # the episode numbers too: 4 iterations x 4 envs' 10-step episodes
+        samplers = [run.replay_buffers()["agents"].sampler for run in (straight, resumed)]
+        assert samplers[0].complete_episodes().tolist() == samplers[1].complete_episodes().tolist() == list(range(16))
     for key, value in straight.state_dict().items():
         assert torch.equal(value, resumed.state_dict()[key]), key
 
