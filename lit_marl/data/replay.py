@@ -1,5 +1,6 @@
-"""Replay buffers' home: the per-group buffers of off-policy algorithms (storage, sampler, checkpoint state), and
-prioritized experience replay in plain torch. (Per-process sidecar files of DDP runs: ``lit_marl.checkpoint``.)
+"""Replay buffers' home: the per-group buffers of off-policy algorithms (storage, sampler, checkpoint state),
+prioritized experience replay in plain torch, and EPyMARL's whole-episode sampling (:class:`EpisodeSampler`).
+(Per-process sidecar files of DDP runs: ``lit_marl.checkpoint``.)
 
 torchrl's ``PrioritizedSampler`` keeps its sum/min segment trees in a C++ extension; torchrl 0.14.1's
 extension does not load against torch 2.13 (undefined symbol), so prioritized replay would not run on
@@ -27,7 +28,8 @@ from typing_extensions import override
 #: where a replay buffer keeps its transitions (``buffer_device``): CPU memory, the training device, or a memory-mapped
 #: file in the run folder
 BUFFER_DEVICES = ("cpu", "train", "disk")
-#: the episode number the torchrl collector gives every step (sequence sampling keeps slices inside one episode)
+#: the episode number the torchrl collector gives every step (sequence sampling keeps slices inside one episode;
+#: whole-episode sampling numbers episodes by it)
 TRAJECTORY_KEY = ("collector", "traj_ids")
 
 
