@@ -156,14 +156,13 @@ class OffPolicyLearner(GroupLearner):
                 f"recurrent policies (actor_model) on sampled sequences, but their critics are feed-forward for now; "
                 f"allowed: Mlp, Cnn, DeepSets, Gnn, Sequence of those (or MAPPO/IPPO for a recurrent critic)"
             )
-        if self.sample_episodes:
-            for name, value, allowed in (("actor_model", type(self.actor_model).__name__ if self.recurrent else None,
-                                          "a feed-forward model (recurrent ones train on sampled slices)"),
-                                         ("use_prioritized_replay_buffer", self.use_prioritized_replay_buffer or None,
-                                          "false (episodes are drawn uniformly)")):
-                if value is not None:
-                    raise ConfigError(f"{name}: {value!r} does not combine with sample_episodes: true; allowed: "
-                                      f"{allowed}, or sample_episodes: false")
+        if self.sample_episodes and self.recurrent:
+            raise ConfigError(f"actor_model: {type(self.actor_model).__name__!r} does not combine with sample_episodes: "
+                              f"true; allowed: a feed-forward model (recurrent ones train on sampled slices), or "
+                              f"sample_episodes: false")
+        if self.sample_episodes and self.use_prioritized_replay_buffer:
+            raise ConfigError("use_prioritized_replay_buffer: True does not combine with sample_episodes: true; "
+                              "allowed: false (episodes are drawn uniformly), or sample_episodes: false")
         if self.recurrent:
             if self.use_prioritized_replay_buffer:
                 raise ConfigError("use_prioritized_replay_buffer: true is not supported with a recurrent actor_model "
