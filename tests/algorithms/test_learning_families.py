@@ -1,4 +1,5 @@
-"""Learning checks for the EPyMARL and HARL task families (issue 25, item 3; ``learning`` marker, CI runs them):
+"""Learning checks for the EPyMARL and HARL task families (issue 25, item 3; ``learning`` and ``long``
+markers: `pytest -m learning` or `pytest -m long` runs them, CI does not, for its time budget):
 on a budget a 2-core machine trains in a few minutes, the mean evaluation return rises by a stated margin. The
 margins are about half the rise measured on the seeds named beside each, so a run that learns as those did passes
 and one that does not learn fails."""
@@ -46,6 +47,7 @@ LBF_FRAMES, LBF_MARGIN = 150_000, 0.15
 
 
 @pytest.mark.learning
+@pytest.mark.long
 def test_ippo_learns_to_forage_on_lbf(tmp_path):
     pl.seed_everything(0)
     relu = {"num_cells": [64, 64], "activation_class": "ReLU"}
@@ -64,6 +66,7 @@ MAMUJOCO_FRAMES, MAMUJOCO_MARGIN = 200_000, 55.0
 
 
 @pytest.mark.learning
+@pytest.mark.long
 def test_mappo_learns_to_run_on_mamujoco_halfcheetah(tmp_path):
     pl.seed_everything(0)
     relu = {"num_cells": [128, 128, 128], "activation_class": "ReLU"}
@@ -84,6 +87,7 @@ MADDPG_FRAMES, MADDPG_MARGIN = 100_000, 30.0
 
 
 @pytest.mark.learning
+@pytest.mark.long
 def test_maddpg_learns_to_run_on_mamujoco_halfcheetah(tmp_path):
     pl.seed_everything(0)
     relu = {"num_cells": [256, 256], "activation_class": "ReLU"}
@@ -108,6 +112,7 @@ RWARE_FRAMES, RWARE_DELIVERIES = 500_000, 1.0
 
 
 @pytest.mark.learning
+@pytest.mark.long
 def test_mappo_learns_to_deliver_shelves_on_rware(tmp_path):
     pl.seed_everything(0)
     relu = {"num_cells": [64, 64], "activation_class": "ReLU"}

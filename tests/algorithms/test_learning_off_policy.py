@@ -1,7 +1,7 @@
 """The off-policy algorithms learn: evaluation return rises by a stated margin in a short budget.
 
-Marked ``learning`` (about a minute each on two cores): `pytest -m learning` runs them; CI runs them after
-the default suite.
+Marked ``learning`` (one to three minutes each on two cores): `pytest -m learning` runs them; CI runs them after
+the default suite, HASAC on seed 1 only (its seeds 0 and 2 are also marked ``long``: not in CI, for its time budget).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def test_sac_family_learns_navigation(algorithm):
     assert after - before >= 0.5
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [pytest.param(0, marks=pytest.mark.long), 1, pytest.param(2, marks=pytest.mark.long)])
 def test_hasac_learns_navigation(seed):
     # Issue 35 item 4. Measured 2026-12-06, one thread each (`OMP_NUM_THREADS=1`): after 108k frames seeds 0, 1, 2 rose
     # -1.20 -> -0.36, -0.18 -> 0.55, -0.08 -> 0.52 (+0.85, +0.73, +0.60; 133-174 s each). At the SAC family's 54k above
