@@ -97,15 +97,18 @@ def _as_tuple(key) -> tuple:
 
 
 def collection_metrics(groups: Sequence[str], batch: TensorDictBase) -> dict[str, torch.Tensor]:
-    """Per group the mean reward of a collected batch and the mean return of the episodes that ended in it, and
-    the mean of those returns over groups (``collection/…``)."""
+    """Per group the mean reward of a collected batch and the mean return of the episodes that ended in it, the mean
+    of those returns over groups, and how many episodes ended in the batch (``collection/episodes``: the envs'
+    episodes, from the root ``done`` where the env has one, else where any group's ended; under DDP each process
+    counts its own batch and the logged value is their mean, as for every metric)."""
     nxt = batch.get("next")
-    metrics, returns = {}, []
+    metrics, returns, ended = {}, [], []
     for group in groups:
         done = nxt.get((group, "done"), None)
         if done is None:  # VMAS reports done once for all agents, at the root
             done = nxt.get("done")
         finished = done.reshape(*batch.batch_size, -1).any(-1)  # [*B]
+        ended.append(finished)
         metrics[f"collection/{group}/reward/reward_mean"] = nxt.get((group, "reward")).mean()
         if finished.any():
             episode_reward = nxt.get((group, "episode_reward")).reshape(*batch.batch_size, -1).mean(-1)
@@ -113,6 +116,9 @@ def collection_metrics(groups: Sequence[str], batch: TensorDictBase) -> dict[str
             metrics[f"collection/{group}/reward/episode_reward_mean"] = returns[-1]
     if returns:
         metrics["collection/reward/episode_reward_mean"] = torch.stack(returns).mean()
+    root = nxt.get("done", None)
+    env_ended = root.reshape(*batch.batch_size, -1).any(-1) if root is not None else torch.stack(ended).any(0)
+    metrics["collection/episodes"] = env_ended.sum()
     return metrics
 
 

@@ -16,7 +16,18 @@ def test_collection_metrics_average_the_episodes_that_ended():
     assert metrics["collection/g/reward/reward_mean"] == 1.0
     assert metrics["collection/g/reward/episode_reward_mean"] == (1.0 + 3.0) / 2  # env 0's steps 1 and 3
     assert metrics["collection/reward/episode_reward_mean"] == 2.0
-    assert "collection/g/reward/episode_reward_mean" not in collection_metrics(["g"], done_rollout([[False] * 4]))
+    assert metrics["collection/episodes"] == 2
+    quiet = collection_metrics(["g"], done_rollout([[False] * 4]))
+    assert "collection/g/reward/episode_reward_mean" not in quiet and quiet["collection/episodes"] == 0
+
+
+def test_collection_metrics_count_episodes_by_the_groups_where_the_env_has_no_root_done():
+    batch = done_rollout([[False, True, False, True], [True, False, False, False]])
+    nxt = batch.get("next")
+    root = nxt.pop("done")
+    nxt.set(("g", "done"), root.unsqueeze(-2).expand(2, 4, 3, 1).clone())  # every agent of the group ends together
+    nxt.set(("g", "episode_reward"), torch.ones(2, 4, 3, 1))
+    assert collection_metrics(["g"], batch)["collection/episodes"] == 3
 
 
 @pytest.mark.parametrize("algorithm", ["mappo", "maddpg"])
