@@ -102,12 +102,13 @@ def collection_metrics(groups: Sequence[str], batch: TensorDictBase) -> dict[str
     episodes, from the root ``done`` where the env has one, else where any group's ended; under DDP each process
     counts its own batch and the logged value is their mean, as for every metric)."""
     nxt = batch.get("next")
+    root = nxt.get("done", None)
+    env_ended = None if root is None else root.reshape(*batch.batch_size, -1).any(-1)  # [*B]
     metrics, returns, ended = {}, [], []
     for group in groups:
         done = nxt.get((group, "done"), None)
-        if done is None:  # VMAS reports done once for all agents, at the root
-            done = nxt.get("done")
-        finished = done.reshape(*batch.batch_size, -1).any(-1)  # [*B]
+        # VMAS reports done once for all agents, at the root
+        finished = env_ended if done is None else done.reshape(*batch.batch_size, -1).any(-1)  # [*B]
         ended.append(finished)
         metrics[f"collection/{group}/reward/reward_mean"] = nxt.get((group, "reward")).mean()
         if finished.any():
@@ -116,9 +117,7 @@ def collection_metrics(groups: Sequence[str], batch: TensorDictBase) -> dict[str
             metrics[f"collection/{group}/reward/episode_reward_mean"] = returns[-1]
     if returns:
         metrics["collection/reward/episode_reward_mean"] = torch.stack(returns).mean()
-    root = nxt.get("done", None)
-    env_ended = root.reshape(*batch.batch_size, -1).any(-1) if root is not None else torch.stack(ended).any(0)
-    metrics["collection/episodes"] = env_ended.sum()
+    metrics["collection/episodes"] = (env_ended if env_ended is not None else torch.stack(ended).any(0)).sum()
     return metrics
 
 
