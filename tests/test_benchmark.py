@@ -69,6 +69,38 @@ def test_benchmark_resumes_after_a_kill_without_repeating_finished_runs(tmp_path
     assert "2 finished, 0 to resume, 0 to start" in capsys.readouterr().out
 
 
+def test_a_run_at_its_budget_without_finished_json_is_finished_not_failed(tmp_path, capsys):
+    """A launcher stopped between a fit's end and its finished.json (killed, a job at its time limit): the next
+    launch records the run as finished; before, it resumed it, the fit refused (nothing left to train) and the run
+    was counted as failed. A checkpoint short of a raised budget still resumes."""
+    from lit_marl.benchmark.grid import at_budget
+    from lit_marl.benchmark.slurm import FitRun, run_state
+
+    grid = tiny_grid(tmp_path, seeds=[0])
+    Benchmark(grid).run(in_process=True)
+    run = Benchmark(grid).runs[0]
+    (run.folder / "finished.json").unlink()
+    capsys.readouterr()
+    assert run_state(run, None, {}) == "finished"
+    ckpt = run.folder / "train" / "version_0" / "checkpoints" / "last.ckpt"
+    raised = yaml.safe_load(yaml.safe_dump(run.config))
+    raised["model"]["init_args"]["max_frames"] = 800
+    assert at_budget(ckpt, run.config) and not at_budget(ckpt, raised)
+
+    (runs,) = Benchmark(grid).run(in_process=True)
+    out = capsys.readouterr().out
+    assert "1 finished, 0 to resume, 0 to start" in out and "finished.json was missing; written now" in out
+    assert runs.status == "skipped" and "| balance | mappo | 0 | skipped | 400 |" in out
+    assert [p.name for p in (run.folder / "train").iterdir()] == ["version_0"]  # nothing ran again
+    info = json.loads((run.folder / "finished.json").read_text())
+    assert info["recorded_late"] is True and info["frames"] == 400 and info["checkpoint"] == str(ckpt)
+    assert info["seconds"] is None and info["resumed_from"] is None
+
+    (run.folder / "finished.json").unlink()  # the same on SLURM: the array task's wrapper writes it
+    assert FitRun(str(run.folder)).before().startswith("finished already (its last.ckpt has its max_frames")
+    assert json.loads((run.folder / "finished.json").read_text())["recorded_late"] is True
+
+
 @pytest.mark.slow  # two lit-marl processes at once
 def test_benchmark_runs_in_parallel_processes(tmp_path, capsys):
     grid = tiny_grid(tmp_path, parallel=2, overrides={"model.init_args.max_frames": 80})

@@ -28,7 +28,8 @@ algorithm. A ``model.init_args`` key the algorithm does not take is refused by n
 Every run writes ``run_config.yaml`` (the config it runs), ``train/version_<n>/`` (Lightning's run folders),
 ``marl_eval.json`` (:class:`~lit_marl.callbacks.MarlEvalJson`, continued across resumes), a log,
 and ``finished.json`` once it has finished. Running the same command again skips finished runs and resumes
-interrupted ones from their newest ``last.ckpt``; the grid is checked (every algorithm and task exists and
+interrupted ones from their newest ``last.ckpt`` (one that holds the run's ``max_frames`` means finished: the
+launcher stopped before it wrote ``finished.json``, which the next launch writes); the grid is checked (every algorithm and task exists and
 fits) before any run starts. ``launcher: slurm`` (or ``--launcher slurm``) with a ``slurm:`` mapping of settings
 submits the runs as one SLURM job array instead (:mod:`lit_marl.benchmark.slurm`); ``--status`` shows each run's state.
 """
@@ -53,6 +54,7 @@ import yaml
 
 from lit_marl.algorithms.base import MarlAlgorithm
 from lit_marl.algorithms.registry import algorithms_by_name
+from lit_marl.checkpoint import read_checkpoint
 from lit_marl.cli import main as cli_main
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, did_you_mean, one_of, positive_int
@@ -255,6 +257,11 @@ class Benchmark:
         else:
             write_atomic(config_file, text)
         run.resumed_from = latest_checkpoint(run.folder)
+        if run.resumed_from is not None and at_budget(run.resumed_from, run.config):
+            # the fit ended at its budget, but its launcher was stopped before it wrote finished.json: a resume would
+            # be refused (nothing left to train) and the run counted as failed
+            run.info = write_finished(run.folder, None, None, run.resumed_from, recorded_late=True)
+            run.status = "skipped"
 
     def command(self, run: Run) -> list[str]:
         return fit_command(run.folder, run.resumed_from)
@@ -278,6 +285,9 @@ class Benchmark:
         log(f"lit-marl benchmark {self.name}: {len(self.runs)} runs, {len(self.runs) - len(todo)} finished, "
             f"{sum(r.resumed_from is not None for r in todo)} to resume, "
             f"{sum(r.resumed_from is None for r in todo)} to start ({self.parallel} at a time)")
+        for run in self.runs:
+            if run.info.get("recorded_late"):
+                log(f"  {run.name}: its last.ckpt has its max_frames, finished.json was missing; written now")
         # each run imports this lit_marl, whatever the working directory
         package_root = str(Path(__file__).resolve().parents[2])
         python_path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
@@ -321,6 +331,34 @@ def latest_checkpoint(folder: Path) -> Path | None:
     return checkpoints[-1] if checkpoints else None
 
 
+def max_frames_of(config: dict[str, Any]) -> int | None:
+    """A run config's frame budget: ``model.init_args.max_frames``, else its algorithm's default."""
+    model = config.get("model") or {}
+    init_args = model.get("init_args") or {}
+    if init_args.get("max_frames") is not None:
+        return int(init_args["max_frames"])
+    module_name, _, cls_name = str(model.get("class_path", "")).rpartition(".")
+    try:
+        algorithm = getattr(importlib.import_module(module_name), cls_name)
+        default = inspect.signature(algorithm.__init__).parameters["max_frames"].default
+    except (ImportError, AttributeError, ValueError, KeyError):
+        return None
+    return None if default is inspect.Parameter.empty or default is None else int(default)
+
+
+def at_budget(checkpoint: Path, config: dict[str, Any]) -> bool:
+    """Whether ``checkpoint`` (a run's newest ``last.ckpt``) has collected the run config's ``max_frames``: the run
+    finished. An unreadable checkpoint is not (the resume refuses it by name)."""
+    budget = max_frames_of(config)
+    if budget is None:
+        return False
+    try:
+        frames = int(read_checkpoint(checkpoint)["lit_marl"].get("frames", 0))
+    except (ConfigError, OSError, KeyError, TypeError, ValueError):
+        return False
+    return frames >= budget
+
+
 def fit_command(folder: Path, resumed_from: Path | None) -> list[str]:
     """The ``lit-marl fit`` process of one run (every launcher starts this one)."""
     cmd = [sys.executable, "-m", "lit_marl.cli", "fit", "--config", str(folder / RUN_CONFIG)]
@@ -329,10 +367,16 @@ def fit_command(folder: Path, resumed_from: Path | None) -> list[str]:
     return cmd
 
 
-def write_finished(folder: Path, started: float | None, seconds: float, resumed_from: Path | None) -> dict[str, Any]:
-    """``finished.json`` of a run whose ``fit`` ended with exit 0 (a later launch skips the run); returns it."""
-    info = {**final_metrics(folder), "started": started, "ended": time.time(), "seconds": seconds,
-            "resumed_from": None if resumed_from is None else str(resumed_from)}
+def write_finished(folder: Path, started: float | None, seconds: float | None, resumed_from: Path | None,
+                   recorded_late: bool = False) -> dict[str, Any]:
+    """``finished.json`` of a run whose ``fit`` ended with exit 0 (a later launch skips the run); returns it. With
+    ``recorded_late``, written by a later launch that found the run's ``last.ckpt`` at its budget (its launcher was
+    stopped between the fit's end and this file): ``resumed_from`` is then that checkpoint, the times unknown."""
+    info = {**final_metrics(folder), "started": started, "ended": None if recorded_late else time.time(),
+            "seconds": seconds, "resumed_from": None if resumed_from is None or recorded_late else str(resumed_from)}
+    if recorded_late:
+        info["recorded_late"] = True
+        info["checkpoint"] = str(resumed_from)
     write_json(folder / FINISHED, info)
     return info
 

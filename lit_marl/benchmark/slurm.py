@@ -19,10 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
 from typing_extensions import override
 
 from lit_marl.atomic import write_atomic, write_json
-from lit_marl.benchmark.grid import (FINISHED, RUN_CONFIG, Benchmark, Run, final_metrics, fit_command,
+from lit_marl.benchmark.grid import (FINISHED, RUN_CONFIG, Benchmark, Run, at_budget, final_metrics, fit_command,
                                      latest_checkpoint, summary_table, write_finished)
 from lit_marl.errors import ConfigError
 from lit_marl.slurm.jobs import (INTERRUPTED_CODES, PENDING_STATES, RUNNING_STATES, Watched, array_job_id, queued,
@@ -53,6 +54,11 @@ class FitRun(Watched):
             raise RuntimeError(f"lit-marl: {folder / RUN_CONFIG} is missing; submit the grid again")
         (folder / FAILED).unlink(missing_ok=True)
         self._resumed_from = latest_checkpoint(folder)
+        if self._resumed_from is not None and at_budget(self._resumed_from,
+                                                        yaml.safe_load((folder / RUN_CONFIG).read_text()) or {}):
+            # the fit reached its max_frames, but this job was stopped before it wrote finished.json
+            write_finished(folder, None, None, self._resumed_from, recorded_late=True)
+            return "finished already (its last.ckpt has its max_frames; finished.json written now)"
         return None
 
     @override
@@ -84,8 +90,9 @@ def run_state(run: Run, job: dict[str, Any] | None, queue: dict[str, str]) -> st
         return "pending" if latest_checkpoint(run.folder) is None else "pending (requeued)"
     if (run.folder / FAILED).is_file():
         return "failed"
-    if latest_checkpoint(run.folder) is not None:
-        return "interrupted (resumable)"
+    checkpoint = latest_checkpoint(run.folder)
+    if checkpoint is not None:  # at its budget: finished, and the next launch writes its finished.json
+        return "finished" if at_budget(checkpoint, run.config) else "interrupted (resumable)"
     if job:  # submitted, left the queue, and wrote nothing the next launch could use
         return "failed"
     return "not started"
