@@ -29,9 +29,10 @@ Every run writes ``run_config.yaml`` (the config it runs), ``train/version_<n>/`
 ``marl_eval.json`` (:class:`~lit_marl.callbacks.MarlEvalJson`, continued across resumes), a log,
 and ``finished.json`` once it has finished. Running the same command again skips finished runs and resumes
 interrupted ones from their newest ``last.ckpt`` (one that holds the run's ``max_frames`` means finished: the
-launcher stopped before it wrote ``finished.json``, which the next launch writes); the grid is checked (every algorithm and task exists and
-fits) before any run starts. ``launcher: slurm`` (or ``--launcher slurm``) with a ``slurm:`` mapping of settings
-submits the runs as one SLURM job array instead (:mod:`lit_marl.benchmark.slurm`); ``--status`` shows each run's state.
+launcher stopped before it wrote ``finished.json``, which the next launch writes); the grid is checked (every
+algorithm and task exists and fits) before any run starts. ``launcher: slurm`` (or ``--launcher slurm``) with a
+``slurm:`` mapping of settings submits the runs as one SLURM job array instead (:mod:`lit_marl.benchmark.slurm`);
+``--status`` shows each run's state.
 """
 
 from __future__ import annotations
