@@ -132,6 +132,11 @@ class MarlEvalJson(MarlCallback):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.is_global_zero or self.data is None or not self.absolute_factor or self.best_weights is None:
             return
+        if getattr(pl_module, "stopped_by_signal", None) is not None:
+            # stopped to be resumed (SIGTERM, a pre-emption, Ctrl-C): the absolute metrics belong to the run's real
+            # end, which the resume reaches, and ten times the evaluation episodes (on RWARE, 500k steps) would
+            # outlast a scheduler's grace period after the checkpoint
+            return
         current = copy.deepcopy({k: v.detach().cpu() for k, v in pl_module.state_dict().items()})
         pl_module.load_state_dict(self.best_weights)
         try:
