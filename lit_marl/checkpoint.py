@@ -47,24 +47,32 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     before the checkpoint, each atomically, so a kill at any moment leaves a checkpoint whose sidecar
     exists; older sidecars of the same checkpoint are removed after it is replaced, and a checkpoint
     removed by ``ModelCheckpoint`` takes its sidecar with it. Both files load with ``weights_only=True``.
+    A checkpoint saved at the same training state as the previous one (``last.ckpt`` right after the periodic
+    checkpoint of its iteration) gets a hard link to that sidecar, not a second copy (:class:`SidecarLinks`).
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._links = SidecarLinks()
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         meta = checkpoint.get("lit_marl", {})
-        buffers = meta.pop("replay_buffers", None)
+        buffers, state = meta.pop("replay_buffers", None), meta.pop(BUFFERS_STATE, None)
         token = None
         try:
             if buffers is not None:
                 token = uuid.uuid4().hex[:12]
-                _atomic_torch_save(buffers, _sidecar(path, token))
+                self._links.save(buffers, _sidecar(path, token), state)
                 meta["replay_buffers_sidecar"] = token
             _atomic_torch_save(checkpoint, path)
         finally:
             if buffers is not None:  # leave the caller's dict as it was
                 meta["replay_buffers"] = buffers
                 meta.pop("replay_buffers_sidecar", None)
+            if state is not None:
+                meta[BUFFERS_STATE] = state
         for old in _sidecars(path):
             if token is None or not old.name.endswith(token):
                 old.unlink(missing_ok=True)
@@ -90,6 +98,46 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         for sidecar in _sidecars(Path(path)):
             sidecar.unlink(missing_ok=True)
         super().remove_checkpoint(path)
+
+
+#: ``checkpoint["lit_marl"]`` key of the state the replay buffers are saved at (``<buffers id>:<buffers_token>``);
+#: read and dropped by lit-marl's writers, never stored in a file they write
+BUFFERS_STATE = "replay_buffers_at"
+
+
+def buffers_token(frames: int, global_step: int) -> str:
+    """The training state of a run's replay buffers: its frame and optimizer-step counters. A buffer changes only by
+    collecting (frames) and by the new priorities after an optimizer step (steps); samplers keep no other state."""
+    return f"f{int(frames)}s{int(global_step)}"
+
+
+class SidecarLinks:
+    """Replay-buffer files written by one process, by the run and training state they hold (:data:`BUFFERS_STATE`).
+
+    Lightning saves ``last.ckpt`` right after the periodic checkpoint of the same iteration; its replay buffers
+    (gigabytes for a long off-policy run) are the same, so the second file is a hard link to the first: written
+    once, stored once, and still two names that ``ModelCheckpoint`` removes one at a time. Where the file system
+    has no hard links, or the earlier file is gone, the buffers are written again."""
+
+    def __init__(self) -> None:
+        self._last: tuple[str, Path] | None = None
+
+    def save(self, buffers: Any, target: Path, state: str | None) -> None:
+        last, self._last = self._last, None
+        if state is None or last is None or last[0] != state or not _hard_link(last[1], target):
+            _atomic_torch_save(buffers, target)
+        if state is not None:
+            self._last = (state, target)
+
+
+def _hard_link(source: Path, target: Path) -> bool:
+    """``target`` as a second name of ``source``, atomically; False where that cannot be done."""
+    try:
+        with atomic_target(target) as tmp:
+            os.link(source, tmp)
+    except OSError:
+        return False
+    return True
 
 
 def _sidecar(path: Path, token: str) -> Path:
@@ -334,13 +382,15 @@ def save_buffers_per_process(strategy: Any) -> None:
     if getattr(strategy, "_lit_marl_rank_buffers", False):
         return
     save, remove = strategy.save_checkpoint, strategy.remove_checkpoint
+    links = SidecarLinks()
 
     def save_checkpoint(checkpoint: dict[str, Any], filepath, storage_options=None) -> None:
         meta = checkpoint.get("lit_marl", {})
         buffers, token = meta.pop("rank_buffers_state", None), meta.get("rank_buffers", {}).get("token")
+        state = meta.pop(BUFFERS_STATE, None)
         if buffers is not None:
             Path(filepath).parent.mkdir(parents=True, exist_ok=True)
-            _atomic_torch_save(buffers, rank_sidecar(Path(filepath), token, strategy.global_rank))
+            links.save(buffers, rank_sidecar(Path(filepath), token, strategy.global_rank), state)
         strategy.barrier("lit-marl replay buffers")  # every process's buffers are on disk
         save(checkpoint, filepath, storage_options)
         if strategy.is_global_zero and token is not None:
@@ -358,14 +408,19 @@ def save_buffers_per_process(strategy: Any) -> None:
     strategy._lit_marl_rank_buffers = True
 
 
-def save_run_state(checkpoint: dict[str, Any], run: Any, buffers: dict[str, Any] | None) -> None:
+def save_run_state(checkpoint: dict[str, Any], run: Any, buffers: dict[str, Any] | None,
+                   buffers_id: str | None = None) -> None:
     """What a run (a :class:`~lit_marl.algorithms.MarlAlgorithm`) adds to a Lightning checkpoint under ``lit_marl``:
-    :func:`run_meta`, its replay ``buffers`` (where built; :func:`buffers_meta`) and each learner's own state (target
-    updaters, HAPPO's orders, HASAC's held n-step window) where any learner has one."""
+    :func:`run_meta`, its replay ``buffers`` (where built; :func:`buffers_meta`; ``buffers_id`` tells them apart from
+    another run's, for :class:`SidecarLinks`) and each learner's own state (target updaters, HAPPO's orders, HASAC's
+    held n-step window) where any learner has one."""
     meta = checkpoint.setdefault("lit_marl", {})
     meta.update(run_meta(run.algorithm_name, run.task, run.frames, run.iteration))
     if buffers is not None:
-        meta.update(buffers_meta(buffers, run.world_size, f"f{run.frames}s{run.global_step}"))
+        token = buffers_token(run.frames, run.global_step)
+        meta.update(buffers_meta(buffers, run.world_size, token))
+        if buffers_id is not None:
+            meta[BUFFERS_STATE] = f"{buffers_id}:{token}"
     learner_states = {g: learner.checkpoint_state() for g, learner in run.learners.items()}
     if any(learner_states.values()):
         meta["target_updaters"] = learner_states

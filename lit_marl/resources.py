@@ -121,9 +121,10 @@ def check_memory(model, world_size: int, env_device: torch.device, train_device:
             + ("; buffer_device: disk keeps the replay memory in a file" if field == "memory_size" else ""))
 
 
-def first_checkpoint_bytes(model, every_n_epochs: int, world_size: int = 1) -> int:
-    """Bytes of the first checkpoint: the weights, twice their size again for Adam's moments, and the replay memory
-    filled by then (each process's, in its own file)."""
+def first_checkpoint_bytes(model, every_n_epochs: int, world_size: int = 1, copies: int = 1) -> int:
+    """Bytes of the first checkpoint's ``copies`` files (the periodic one and ``last.ckpt``): each holds the weights
+    and twice their size again for Adam's moments; the replay memory filled by then (each process's, in its own file)
+    is stored once, the files of one iteration sharing it by hard link (:class:`~lit_marl.checkpoint.SidecarLinks`)."""
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()  # a tensor under two names: saved once
                 for t in model.state_dict().values() if isinstance(t, torch.Tensor)}
     weights = sum(storages.values())
@@ -131,7 +132,7 @@ def first_checkpoint_bytes(model, every_n_epochs: int, world_size: int = 1) -> i
     frames = model.frames_per_batch * max(1, every_n_epochs)
     replay = sum(min(learner.replay_shape().capacity * world_size, frames) * transition_bytes(model.task.specs, group)
                  for group, learner in model.learners.items() if not learner.on_policy)
-    return weights + 2 * trainable + replay
+    return copies * (weights + 2 * trainable) + replay
 
 
 def check_disk(model, folder: Path, every_n_epochs: int, copies: int, world_size: int = 1,
@@ -143,12 +144,12 @@ def check_disk(model, folder: Path, every_n_epochs: int, copies: int, world_size
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     free = shutil.disk_usage(probe).free if free is None else free
-    needed = copies * first_checkpoint_bytes(model, every_n_epochs, world_size)
+    needed = first_checkpoint_bytes(model, every_n_epochs, world_size, copies)
     if needed > free:
         raise ConfigError(
             f"trainer.logger: the run folder {str(folder)!r} has {size(free)} free, but the first checkpoint (after "
-            f"{every_n_epochs} iteration(s): {copies} file(s) of weights, optimizer state and replay memory) needs at "
-            f"least {size(needed)}; nothing was trained. Allowed: free space, or a run folder on another disk "
+            f"{every_n_epochs} iteration(s): {copies} file(s) of weights and optimizer state, and the replay memory) "
+            f"needs at least {size(needed)}; nothing was trained. Allowed: free space, or a run folder on another disk "
             f"(trainer.logger.init_args.save_dir or trainer.default_root_dir)")
 
 

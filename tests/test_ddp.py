@@ -92,6 +92,9 @@ def test_two_process_maddpg_resumes_each_process_replay_buffer(tmp_path):
     checkpoints = run / "checkpoints"
     assert sorted(p.name for p in checkpoints.glob("last.ckpt*")) == [
         "last.ckpt", "last.ckpt.buffers-f160s8.rank0", "last.ckpt.buffers-f160s8.rank1"]
+    for rank in (0, 1):  # each process wrote its buffers once: last.ckpt's are the periodic checkpoint's, linked
+        (periodic,) = checkpoints.glob(f"frames_*160.ckpt.buffers-f160s8.rank{rank}")
+        assert periodic.stat().st_ino == (checkpoints / f"last.ckpt.buffers-f160s8.rank{rank}").stat().st_ino
     _lit_marl("fit", "--config", str(tmp_path / "maddpg.yaml"), "--model.init_args.max_frames", "320",
               "--ckpt_path", str(checkpoints / "last.ckpt"))
     after = _ranks(probe)

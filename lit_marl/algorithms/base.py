@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+import uuid
 from abc import ABC
 from collections import defaultdict
 from pathlib import Path
@@ -179,6 +180,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         self._restored: dict[str, Any] | None = None
         self._epoch_metrics: dict[str, list[torch.Tensor]] = defaultdict(list)
         self._replay_buffer_map: dict[str, TensorDictReplayBuffer] | None = None
+        self._replay_buffers_id = uuid.uuid4().hex  # these buffers, told apart from any other run's in one process
         #: the last iteration's training row as logged: ``{"step", "epoch", "metrics"}`` (checkpoints carry it)
         self.iteration_row: dict[str, Any] | None = None
         # the run's own callbacks (configure_callbacks), which keep their state; the properties below read it
@@ -439,7 +441,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
     # ------------------------------------------------------------------ checkpoints
     @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        save_run_state(checkpoint, self, self._replay_buffer_map)
+        save_run_state(checkpoint, self, self._replay_buffer_map, self._replay_buffers_id)
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

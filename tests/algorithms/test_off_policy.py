@@ -116,7 +116,7 @@ def test_resume_restores_buffer_targets_noise_and_continues_exactly(tmp_path):
     checkpoint = torch.load(tmp_path / "first" / "last.ckpt", weights_only=True)
     token = checkpoint["lit_marl"]["replay_buffers_sidecar"]
     sidecar = tmp_path / "first" / f"last.ckpt.buffers-{token}"
-    assert "replay_buffers" not in checkpoint["lit_marl"]
+    assert "replay_buffers" not in checkpoint["lit_marl"] and "replay_buffers_at" not in checkpoint["lit_marl"]
     saved = torch.load(sidecar, weights_only=True)["agents"]
     assert saved["length"] == 80 and len(saved["data"]["agents"]["observation"]) == 80  # the filled part only
     # ...on disk too: torch.save writes a view's whole storage, so a sliced 1000-transition buffer would be
@@ -271,6 +271,35 @@ def test_sidecar_files_follow_their_checkpoints(tmp_path):
                      "last.ckpt", "last.ckpt.buffers"]
     loaded = AtomicCheckpointIO().load_checkpoint(tmp_path / "ckpt" / "frames_120.ckpt")
     assert loaded["lit_marl"]["replay_buffers"]["agents"]["length"] == 120
+    # last.ckpt was saved with frames_160.ckpt: its replay is the same file under a second name, not a copy
+    sidecar = {p.name.split(".buffers-")[0]: p.stat() for p in (tmp_path / "ckpt").glob("*.buffers-*")}
+    assert sidecar["last.ckpt"].st_ino == sidecar["frames_160.ckpt"].st_ino != sidecar["frames_120.ckpt"].st_ino
+    assert sidecar["last.ckpt"].st_nlink == 2 and sidecar["frames_120.ckpt"].st_nlink == 1
+    # ...and each name outlives the other: removing the periodic checkpoint leaves last.ckpt whole
+    AtomicCheckpointIO().remove_checkpoint(tmp_path / "ckpt" / "frames_160.ckpt")
+    last = AtomicCheckpointIO().load_checkpoint(tmp_path / "ckpt" / "last.ckpt")
+    assert last["lit_marl"]["replay_buffers"]["agents"]["length"] == 160
+
+
+def test_a_sidecar_is_linked_only_for_the_same_training_state(tmp_path):
+    from lit_marl.checkpoint import SidecarLinks
+
+    links, buffers = SidecarLinks(), {"agents": {"data": {"x": torch.arange(4.0)}}}
+    links.save(buffers, tmp_path / "a", "run1:f100s8")
+    links.save(buffers, tmp_path / "b", "run1:f100s8")  # the same run and counters: linked
+    links.save({"agents": {"data": {"x": torch.zeros(4)}}}, tmp_path / "c", "run1:f100s9")  # a step later
+    links.save(buffers, tmp_path / "d", "run2:f100s9")  # another run's buffers at the same counters: written
+    links.save(buffers, tmp_path / "e", None)  # state unknown: written
+    links.save(buffers, tmp_path / "g", None)
+    ino = {name: (tmp_path / name).stat().st_ino for name in "abcdeg"}
+    assert ino["a"] == ino["b"] and len({ino[name] for name in "acdeg"}) == 5
+    assert torch.equal(torch.load(tmp_path / "c", weights_only=True)["agents"]["data"]["x"], torch.zeros(4))
+    # the earlier file gone (its checkpoint removed): written again, not a dangling link
+    links.save(buffers, tmp_path / "c2", "run1:f100s9")
+    (tmp_path / "c2").unlink()
+    links.save(buffers, tmp_path / "f", "run1:f100s9")
+    assert torch.equal(torch.load(tmp_path / "f", weights_only=True)["agents"]["data"]["x"], torch.arange(4.0))
+    assert not list(tmp_path.glob(".*tmp*"))  # no temporary left behind
 
 
 def test_disk_buffer_lives_in_the_run_folder(tmp_path):
