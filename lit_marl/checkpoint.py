@@ -12,13 +12,12 @@ from typing import Any
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_marl import __version__
-from lit_marl.atomic import atomic_target
-from lit_marl.data.replay import buffer_state
 from lit_marl.errors import CheckpointError, ConfigError
 from lit_marl.reading import looks_like_json
+from lit_marl.sidecars import (BUFFERS_STATE, SidecarLinks, atomic_torch_save, buffers_meta, buffers_token,
+                               rank_buffers, save_buffers_per_process, sidecar_path, sidecar_paths)
 from lit_marl.utils import rng_state
 
 #: version of the ``checkpoint["lit_marl"]`` layout
@@ -27,16 +26,6 @@ FORMAT_VERSION = 2
 READABLE_FORMATS = (1, 2)
 #: ``--ckpt_path`` values that Lightning resolves itself
 LIGHTNING_CKPT_ALIASES = ("last", "best", "hpc", "registry")
-
-
-def _atomic_torch_save(obj: Any, path: Path) -> None:
-    """``torch.save`` through :func:`~lit_marl.atomic.atomic_target`: never a half-written file."""
-    try:
-        with atomic_target(path) as tmp, open(tmp, "wb") as f:
-            torch.save(obj, f)
-    except OSError as err:  # disk full, read-only, no permission: name the checkpoint, not the temp file
-        kept = "the previous one is intact" if path.exists() else "none was there before"
-        raise OSError(err.errno, f"{err.strerror or err} (checkpoint not written; {kept})", str(path)) from err
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -64,16 +53,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         try:
             if buffers is not None:
                 token = uuid.uuid4().hex[:12]
-                self._links.save(buffers, _sidecar(path, token), state)
+                self._links.save(buffers, sidecar_path(path, token), state)
                 meta["replay_buffers_sidecar"] = token
-            _atomic_torch_save(checkpoint, path)
+            atomic_torch_save(checkpoint, path)
         finally:
             if buffers is not None:  # leave the caller's dict as it was
                 meta["replay_buffers"] = buffers
                 meta.pop("replay_buffers_sidecar", None)
             if state is not None:
                 meta[BUFFERS_STATE] = state
-        for old in _sidecars(path):
+        for old in sidecar_paths(path):
             if token is None or not old.name.endswith(token):
                 old.unlink(missing_ok=True)
 
@@ -95,58 +84,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         return checkpoint
 
     def remove_checkpoint(self, path) -> None:
-        for sidecar in _sidecars(Path(path)):
+        for sidecar in sidecar_paths(Path(path)):
             sidecar.unlink(missing_ok=True)
         super().remove_checkpoint(path)
-
-
-#: ``checkpoint["lit_marl"]`` key of the state the replay buffers are saved at (``<buffers id>:<buffers_token>``);
-#: read and dropped by lit-marl's writers, never stored in a file they write
-BUFFERS_STATE = "replay_buffers_at"
-
-
-def buffers_token(frames: int, global_step: int) -> str:
-    """The training state of a run's replay buffers: its frame and optimizer-step counters. A buffer changes only by
-    collecting (frames) and by the new priorities after an optimizer step (steps); samplers keep no other state."""
-    return f"f{int(frames)}s{int(global_step)}"
-
-
-class SidecarLinks:
-    """Replay-buffer files written by one process, by the run and training state they hold (:data:`BUFFERS_STATE`).
-
-    Lightning saves ``last.ckpt`` right after the periodic checkpoint of the same iteration; its replay buffers
-    (gigabytes for a long off-policy run) are the same, so the second file is a hard link to the first: written
-    once, stored once, and still two names that ``ModelCheckpoint`` removes one at a time. Where the file system
-    has no hard links, or the earlier file is gone, the buffers are written again."""
-
-    def __init__(self) -> None:
-        self._last: tuple[str, Path] | None = None
-
-    def save(self, buffers: Any, target: Path, state: str | None) -> None:
-        last, self._last = self._last, None
-        if state is None or last is None or last[0] != state or not _hard_link(last[1], target):
-            _atomic_torch_save(buffers, target)
-        if state is not None:
-            self._last = (state, target)
-
-
-def _hard_link(source: Path, target: Path) -> bool:
-    """``target`` as a second name of ``source``, atomically; False where that cannot be done."""
-    try:
-        with atomic_target(target) as tmp:
-            os.link(source, tmp)
-    except OSError:
-        return False
-    return True
-
-
-def _sidecar(path: Path, token: str) -> Path:
-    return path.with_name(f"{path.name}.buffers-{token}")
-
-
-def _sidecars(path: Path) -> list[Path]:
-    # per-process buffers of a DDP run (``.rank<r>``) are written by save_buffers_per_process
-    return sorted(p for p in path.parent.glob(f"{path.name}.buffers-*") if ".rank" not in p.name)
 
 
 #: what ``torch.load`` raises on a truncated, corrupt or non-checkpoint file: random bytes reach the unpickler
@@ -187,7 +127,7 @@ def _unreadable(path, err: BaseException, sidecar: Path | None = None) -> str:
 def _checked_sidecar(path: Path, token: str) -> Path:
     """The replay-buffer sidecar a checkpoint names; refused if it is missing or is not a complete zip archive
     (``torch.save``'s format; the check reads only the archive's directory at its end)."""
-    sidecar = _sidecar(path.resolve(), token)
+    sidecar = sidecar_path(path.resolve(), token)
     if not sidecar.is_file():
         raise CheckpointError(
             f"ckpt_path: the replay buffers of {str(path)!r} ({sidecar.name}) are missing; allowed: the checkpoint "
@@ -344,68 +284,6 @@ def check_state_dict(saved: dict[str, Any], current: dict[str, torch.Tensor], so
         f"{source}: the checkpoint's networks do not fit the model: {'; '.join(parts)}; allowed: the actor_model, "
         f"critic_model and parameter-sharing settings the checkpoint was trained with (its run's config.yaml)"
     )
-
-
-def buffers_meta(buffers: dict[str, Any], world_size: int, token: str) -> dict[str, Any]:
-    """What a checkpoint's ``lit_marl`` entry holds of the replay buffers: their state by group, or, under DDP, where
-    each process writes its own (:func:`save_buffers_per_process`) and their state to write there."""
-    state = {group: buffer_state(buffer) for group, buffer in buffers.items()}
-    if world_size > 1:
-        return {"rank_buffers_state": state, "rank_buffers": {"world_size": world_size, "token": token}}
-    return {"replay_buffers": state}
-
-
-def rank_buffers(saved: dict[str, Any], ckpt_path: Path, rank: int, world_size: int) -> dict[str, Any] | None:
-    """Process ``rank``'s replay buffers of a DDP checkpoint (``saved``: its ``rank_buffers`` entry), read from their
-    sidecar file; None, with a warning, where the checkpoint was written by another number of processes."""
-    if saved["world_size"] != world_size:
-        rank_zero_warn(f"lit-marl: the checkpoint's replay buffers belong to {saved['world_size']} processes and "
-                       f"this run has {world_size}; training continues with empty buffers")
-        return None
-    sidecar = rank_sidecar(ckpt_path, saved["token"], rank)
-    if not sidecar.is_file():
-        raise CheckpointError(f"ckpt_path: the replay buffers of process {rank} ({sidecar.name}) are missing "
-                              f"beside {str(ckpt_path)!r}; allowed: the checkpoint with its .rank<r> files")
-    return torch.load(sidecar, map_location="cpu", weights_only=True)
-
-
-def rank_sidecar(path: Path, token: str, rank: int) -> Path:
-    """Where DDP process ``rank`` keeps its replay buffers for the checkpoint at ``path`` (token: its save)."""
-    return path.with_name(f"{path.name}.buffers-{token}.rank{rank}")
-
-
-def save_buffers_per_process(strategy: Any) -> None:
-    """Under DDP every process has its own replay buffers. Lightning writes a checkpoint from process 0 only, so
-    each process writes its buffers beside it (``<checkpoint>.buffers-<token>.rank<r>``, atomically, before
-    process 0 writes the checkpoint that names the token); process 0 removes older ones, and those of a
-    checkpoint it removes."""
-    if getattr(strategy, "_lit_marl_rank_buffers", False):
-        return
-    save, remove = strategy.save_checkpoint, strategy.remove_checkpoint
-    links = SidecarLinks()
-
-    def save_checkpoint(checkpoint: dict[str, Any], filepath, storage_options=None) -> None:
-        meta = checkpoint.get("lit_marl", {})
-        buffers, token = meta.pop("rank_buffers_state", None), meta.get("rank_buffers", {}).get("token")
-        state = meta.pop(BUFFERS_STATE, None)
-        if buffers is not None:
-            Path(filepath).parent.mkdir(parents=True, exist_ok=True)
-            links.save(buffers, rank_sidecar(Path(filepath), token, strategy.global_rank), state)
-        strategy.barrier("lit-marl replay buffers")  # every process's buffers are on disk
-        save(checkpoint, filepath, storage_options)
-        if strategy.is_global_zero and token is not None:
-            for old in Path(filepath).parent.glob(f"{Path(filepath).name}.buffers-*.rank*"):
-                if f".buffers-{token}.rank" not in old.name:
-                    old.unlink(missing_ok=True)
-
-    def remove_checkpoint(filepath) -> None:
-        remove(filepath)
-        if strategy.is_global_zero:
-            for old in Path(filepath).parent.glob(f"{Path(filepath).name}.buffers-*.rank*"):
-                old.unlink(missing_ok=True)
-
-    strategy.save_checkpoint, strategy.remove_checkpoint = save_checkpoint, remove_checkpoint
-    strategy._lit_marl_rank_buffers = True
 
 
 def save_run_state(checkpoint: dict[str, Any], run: Any, buffers: dict[str, Any] | None,

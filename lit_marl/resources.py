@@ -124,7 +124,7 @@ def check_memory(model, world_size: int, env_device: torch.device, train_device:
 def first_checkpoint_bytes(model, every_n_epochs: int, world_size: int = 1, copies: int = 1) -> int:
     """Bytes of the first checkpoint's ``copies`` files (the periodic one and ``last.ckpt``): each holds the weights
     and twice their size again for Adam's moments; the replay memory filled by then (each process's, in its own file)
-    is stored once, the files of one iteration sharing it by hard link (:class:`~lit_marl.checkpoint.SidecarLinks`)."""
+    is stored once, the files of one iteration sharing it by hard link (:class:`~lit_marl.sidecars.SidecarLinks`)."""
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()  # a tensor under two names: saved once
                 for t in model.state_dict().values() if isinstance(t, torch.Tensor)}
     weights = sum(storages.values())

@@ -1,6 +1,6 @@
 """Replay buffers' home: the per-group buffers of off-policy algorithms (storage, sampler, checkpoint state),
 prioritized experience replay in plain torch, and EPyMARL's whole-episode sampling (:class:`EpisodeSampler`).
-(Per-process sidecar files of DDP runs: ``lit_marl.checkpoint``.)
+(The files a checkpoint keeps them in: ``lit_marl.sidecars``.)
 
 torchrl's ``PrioritizedSampler`` keeps its sum/min segment trees in a C++ extension; torchrl 0.14.1's
 extension does not load against torch 2.13 (undefined symbol), so prioritized replay would not run on

@@ -1,0 +1,140 @@
+"""Replay buffers' files beside a checkpoint (the "sidecars"): one per checkpoint from a single process
+(:class:`~lit_marl.checkpoint.AtomicCheckpointIO` names it), one per process under DDP (each process writes its own);
+each written atomically, and a checkpoint of the same state as the one saved before it gets a hard link to that
+file instead of a second copy (:class:`SidecarLinks`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.utilities import rank_zero_warn
+
+from lit_marl.atomic import atomic_target
+from lit_marl.data.replay import buffer_state
+from lit_marl.errors import CheckpointError
+
+
+def atomic_torch_save(obj: Any, path: Path) -> None:
+    """``torch.save`` through :func:`~lit_marl.atomic.atomic_target`: never a half-written file."""
+    try:
+        with atomic_target(path) as tmp, open(tmp, "wb") as f:
+            torch.save(obj, f)
+    except OSError as err:  # disk full, read-only, no permission: name the checkpoint, not the temp file
+        kept = "the previous one is intact" if path.exists() else "none was there before"
+        raise OSError(err.errno, f"{err.strerror or err} (checkpoint not written; {kept})", str(path)) from err
+
+
+#: ``checkpoint["lit_marl"]`` key of the state the replay buffers are saved at (``<buffers id>:<buffers_token>``);
+#: read and dropped by lit-marl's writers, never stored in a file they write
+BUFFERS_STATE = "replay_buffers_at"
+
+
+def buffers_token(frames: int, global_step: int) -> str:
+    """The training state of a run's replay buffers: its frame and optimizer-step counters. A buffer changes only by
+    collecting (frames) and by the new priorities after an optimizer step (steps); samplers keep no other state."""
+    return f"f{int(frames)}s{int(global_step)}"
+
+
+class SidecarLinks:
+    """Replay-buffer files written by one process, by the run and training state they hold (:data:`BUFFERS_STATE`).
+
+    Lightning saves ``last.ckpt`` right after the periodic checkpoint of the same iteration; its replay buffers
+    (gigabytes for a long off-policy run) are the same, so the second file is a hard link to the first: written
+    once, stored once, and still two names that ``ModelCheckpoint`` removes one at a time. Where the file system
+    has no hard links, or the earlier file is gone, the buffers are written again."""
+
+    def __init__(self) -> None:
+        self._last: tuple[str, Path] | None = None
+
+    def save(self, buffers: Any, target: Path, state: str | None) -> None:
+        last, self._last = self._last, None
+        if state is None or last is None or last[0] != state or not _hard_link(last[1], target):
+            atomic_torch_save(buffers, target)
+        if state is not None:
+            self._last = (state, target)
+
+
+def _hard_link(source: Path, target: Path) -> bool:
+    """``target`` as a second name of ``source``, atomically; False where that cannot be done."""
+    try:
+        with atomic_target(target) as tmp:
+            os.link(source, tmp)
+    except OSError:
+        return False
+    return True
+
+
+def sidecar_path(path: Path, token: str) -> Path:
+    """The single-process sidecar of the checkpoint at ``path`` for one save (``token``)."""
+    return path.with_name(f"{path.name}.buffers-{token}")
+
+
+def sidecar_paths(path: Path) -> list[Path]:
+    """Every single-process sidecar of the checkpoint at ``path``."""
+    # per-process buffers of a DDP run (``.rank<r>``) are written by save_buffers_per_process
+    return sorted(p for p in path.parent.glob(f"{path.name}.buffers-*") if ".rank" not in p.name)
+
+
+def buffers_meta(buffers: dict[str, Any], world_size: int, token: str) -> dict[str, Any]:
+    """What a checkpoint's ``lit_marl`` entry holds of the replay buffers: their state by group, or, under DDP, where
+    each process writes its own (:func:`save_buffers_per_process`) and their state to write there."""
+    state = {group: buffer_state(buffer) for group, buffer in buffers.items()}
+    if world_size > 1:
+        return {"rank_buffers_state": state, "rank_buffers": {"world_size": world_size, "token": token}}
+    return {"replay_buffers": state}
+
+
+def rank_buffers(saved: dict[str, Any], ckpt_path: Path, rank: int, world_size: int) -> dict[str, Any] | None:
+    """Process ``rank``'s replay buffers of a DDP checkpoint (``saved``: its ``rank_buffers`` entry), read from their
+    sidecar file; None, with a warning, where the checkpoint was written by another number of processes."""
+    if saved["world_size"] != world_size:
+        rank_zero_warn(f"lit-marl: the checkpoint's replay buffers belong to {saved['world_size']} processes and "
+                       f"this run has {world_size}; training continues with empty buffers")
+        return None
+    sidecar = rank_sidecar(ckpt_path, saved["token"], rank)
+    if not sidecar.is_file():
+        raise CheckpointError(f"ckpt_path: the replay buffers of process {rank} ({sidecar.name}) are missing "
+                              f"beside {str(ckpt_path)!r}; allowed: the checkpoint with its .rank<r> files")
+    return torch.load(sidecar, map_location="cpu", weights_only=True)
+
+
+def rank_sidecar(path: Path, token: str, rank: int) -> Path:
+    """Where DDP process ``rank`` keeps its replay buffers for the checkpoint at ``path`` (token: its save)."""
+    return path.with_name(f"{path.name}.buffers-{token}.rank{rank}")
+
+
+def save_buffers_per_process(strategy: Any) -> None:
+    """Under DDP every process has its own replay buffers. Lightning writes a checkpoint from process 0 only, so
+    each process writes its buffers beside it (``<checkpoint>.buffers-<token>.rank<r>``, atomically, before
+    process 0 writes the checkpoint that names the token); process 0 removes older ones, and those of a
+    checkpoint it removes."""
+    if getattr(strategy, "_lit_marl_rank_buffers", False):
+        return
+    save, remove = strategy.save_checkpoint, strategy.remove_checkpoint
+    links = SidecarLinks()
+
+    def save_checkpoint(checkpoint: dict[str, Any], filepath, storage_options=None) -> None:
+        meta = checkpoint.get("lit_marl", {})
+        buffers, token = meta.pop("rank_buffers_state", None), meta.get("rank_buffers", {}).get("token")
+        state = meta.pop(BUFFERS_STATE, None)
+        if buffers is not None:
+            Path(filepath).parent.mkdir(parents=True, exist_ok=True)
+            links.save(buffers, rank_sidecar(Path(filepath), token, strategy.global_rank), state)
+        strategy.barrier("lit-marl replay buffers")  # every process's buffers are on disk
+        save(checkpoint, filepath, storage_options)
+        if strategy.is_global_zero and token is not None:
+            for old in Path(filepath).parent.glob(f"{Path(filepath).name}.buffers-*.rank*"):
+                if f".buffers-{token}.rank" not in old.name:
+                    old.unlink(missing_ok=True)
+
+    def remove_checkpoint(filepath) -> None:
+        remove(filepath)
+        if strategy.is_global_zero:
+            for old in Path(filepath).parent.glob(f"{Path(filepath).name}.buffers-*.rank*"):
+                old.unlink(missing_ok=True)
+
+    strategy.save_checkpoint, strategy.remove_checkpoint = save_checkpoint, remove_checkpoint
+    strategy._lit_marl_rank_buffers = True
