@@ -20,10 +20,11 @@ from lit_marl.sidecars import (BUFFERS_STATE, SidecarLinks, atomic_torch_save, b
                                rank_buffers, save_buffers_per_process, sidecar_path, sidecar_paths)
 from lit_marl.utils import rng_state
 
-#: version of the ``checkpoint["lit_marl"]`` layout
-FORMAT_VERSION = 2
+#: version of the ``checkpoint["lit_marl"]`` layout (3: a centralised shared network with agent ids reads the joint
+#: input and the agent's own id, :func:`fold_constant_agent_ids`)
+FORMAT_VERSION = 3
 #: layouts this lit-marl reads (a checkpoint of any other layout is refused by name)
-READABLE_FORMATS = (1, 2)
+READABLE_FORMATS = (1, 2, 3)
 #: ``--ckpt_path`` values that Lightning resolves itself
 LIGHTNING_CKPT_ALIASES = ("last", "best", "hpc", "registry")
 
@@ -304,11 +305,59 @@ def save_run_state(checkpoint: dict[str, Any], run: Any, buffers: dict[str, Any]
         meta["target_updaters"] = learner_states
 
 
+def fold_constant_agent_ids(checkpoint: dict[str, Any], current: dict[str, torch.Tensor]) -> list[str]:
+    """Before format 3, a centralised network shared by a group's agents, with ``agent_id``, read every agent's input
+    and id in turn (``[x_1, id_1, x_2, id_2, …]``): the ids were a constant and every agent got the group's one output.
+    Today it reads the joint input and the agent's own id (:func:`~lit_marl.models.base.joint_with_ids`). Each such
+    first layer of ``checkpoint`` (a weight whose width is ``n (F + n)`` where the model's ``current`` one is
+    ``n F + n``) is rewritten, in place, to the same function: the inputs' columns kept, the constant ids' weights
+    added to the bias, the agent's own id weighed zero. Returns the names of the weights rewritten."""
+    meta = checkpoint.get("lit_marl") or {}
+    if meta.get("format_version", FORMAT_VERSION) >= 3 or "state_dict" not in checkpoint:
+        return []
+    sizes = {group: len(agents) for group, agents in (meta.get("group_map") or {}).items()}
+    saved, folded = checkpoint["state_dict"], []
+    for name, old in list(saved.items()):
+        new, group = current.get(name), re.search(r"learners\.([^.]+)\.", name)
+        leaf = name.rsplit(".", 1)[-1]
+        if (new is None or group is None or not isinstance(old, torch.Tensor) or old.dim() != 2
+                or new.dim() != 2 or old.shape == new.shape or not leaf.startswith("weight")):
+            continue
+        n = sizes.get(group.group(1), 0)
+        width = old.shape[1] // n - n if n else 0
+        bias = name[: -len(leaf)] + leaf.replace("weight", "bias", 1)
+        if (width < 1 or old.shape[1] != n * (width + n) or tuple(new.shape) != (old.shape[0], n * width + n)
+                or bias not in saved or tuple(saved[bias].shape) != (old.shape[0],)):
+            continue
+        blocks = old.reshape(old.shape[0], n, width + n)  # per agent: its input's columns, then its id's
+        weight = torch.zeros(tuple(new.shape), dtype=old.dtype)
+        weight[:, : n * width] = blocks[:, :, :width].reshape(old.shape[0], n * width)
+        saved[bias] = saved[bias] + sum(blocks[:, j, width + j] for j in range(n))  # agent j's id was always e_j
+        saved[name] = weight
+        folded.append(name)
+    return folded
+
+
+def refuse_training_on_folded(folded: list[str], source: str) -> None:
+    """A checkpoint whose networks :func:`fold_constant_agent_ids` rewrote evaluates and exports as it was trained, but
+    its optimizer's moments belong to the old layer: refused for resuming training, by name."""
+    if folded:
+        raise CheckpointError(
+            f"{source}: written before lit-marl gave a centralised shared network with agent_id each agent's own id "
+            f"({', '.join(folded[:2])}{', …' if len(folded) > 2 else ''} read every agent's id, a constant); it "
+            f"evaluates and exports as trained, but training cannot continue from it; allowed: lit-marl validate, "
+            f"test or export with it, or a new run")
+
+
 def load_run_state(checkpoint: dict[str, Any], run: Any) -> dict[str, Any]:
     """Check a checkpoint against ``run`` (:func:`checked_meta`; format-1 weights renamed first), set the run's
     counters and its learners' own states, and return what the run restores later (its ``restored``: the RNG state
     before the next collection, the replay buffers when first built; under DDP this process's, from its sidecar)."""
     migrate_state_dict(checkpoint)  # weights saved before the learners (format 1) under their names of today
+    folded = fold_constant_agent_ids(checkpoint, run.state_dict())
+    trainer = getattr(run, "_trainer", None)
+    if trainer is not None and trainer.state.fn == "fit":
+        refuse_training_on_folded(folded, "ckpt_path")
     meta = checked_meta(checkpoint, run.algorithm_name, run.task, run.state_dict())
     run.frames, run.iteration = int(meta["frames"]), int(meta["iteration"])
     restored = dict(meta)

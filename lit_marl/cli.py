@@ -38,13 +38,8 @@ from typing_extensions import override
 
 from lit_marl.algorithms.base import MarlAlgorithm
 from lit_marl.callbacks.preemption import Interrupts
-from lit_marl.checkpoint import (
-    LIGHTNING_CKPT_ALIASES,
-    check_compatible,
-    check_group_map,
-    check_state_dict,
-    read_checkpoint,
-)
+from lit_marl.checkpoint import (LIGHTNING_CKPT_ALIASES, check_compatible, check_group_map, check_state_dict,
+                                 fold_constant_agent_ids, read_checkpoint, refuse_training_on_folded)
 from lit_marl.cli_args import merge_simulator_kwargs
 from lit_marl.cli_errors import LitMarlArgumentParser, find_cause
 from lit_marl.distributed import check_shares, check_strategy
@@ -194,7 +189,7 @@ class LitMarlCLI(LightningCLI):
         checkpoint = read_checkpoint(ckpt_path)
         meta = checkpoint["lit_marl"]
         # kept for before_<command>, which checks the networks once the model is built
-        self._checkpoint_to_fit = (str(ckpt_path), meta.get("group_map"), checkpoint.get("state_dict"))
+        self._checkpoint_to_fit = (str(ckpt_path), meta.get("group_map"), checkpoint)
         model = config["model"]
         module_name, _, cls_name = str(model["class_path"]).rpartition(".")
         algorithm = getattr(importlib.import_module(module_name), cls_name)
@@ -249,15 +244,18 @@ class LitMarlCLI(LightningCLI):
     def _check_checkpoint_fits(self) -> None:
         """The ``--ckpt_path`` checkpoint's agent groups and network shapes against the built model, before
         anything is written (Lightning would otherwise fail inside ``load_state_dict``)."""
-        ckpt_path, group_map, state_dict = getattr(self, "_checkpoint_to_fit", (None, None, None))
+        ckpt_path, group_map, checkpoint = getattr(self, "_checkpoint_to_fit", (None, None, None))
         self._checkpoint_to_fit = None
         if ckpt_path is None:
             return
         source = f"ckpt_path {ckpt_path!r}"
         if group_map is not None:
             check_group_map(group_map, self.model.task.group_map, source)
-        if state_dict is not None:
-            check_state_dict(state_dict, self.model.state_dict(), source)
+        if checkpoint.get("state_dict") is not None:
+            folded = fold_constant_agent_ids(checkpoint, self.model.state_dict())  # this copy's weights as today's
+            if self.subcommand == "fit":
+                refuse_training_on_folded(folded, source)
+            check_state_dict(checkpoint["state_dict"], self.model.state_dict(), source)
 
 
 #: ``lit-marl <command>`` beside fit/validate/test: the module whose ``main(argv)`` runs it

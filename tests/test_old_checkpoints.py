@@ -86,3 +86,66 @@ def test_old_checkpoint_loads_for_inference(old_runs, name):
     out = model.policy(batch)
     for group in model.groups:
         assert torch.isfinite(out.get((group, "action")).float()).all()
+
+
+@pytest.mark.parametrize("agents", [2, 3])
+def test_a_centralised_critic_that_read_every_agents_id_loads_as_the_same_function(agents):
+    """Before format 3 a centralised shared network with ``agent_id`` read ``[x_1, id_1, x_2, id_2, …]``: one value for
+    the group. Today's reads the joint input and the agent's own id; the old first layer is folded into it (the
+    constant ids into the bias, the own id weighed zero), so the old critic gives every agent the value it gave."""
+    from tensordict import TensorDict
+
+    from lit_marl.checkpoint import fold_constant_agent_ids
+    from lit_marl.models import Mlp, ModelInputs
+    from tests.helpers.tiny import tiny_task
+
+    inputs = ModelInputs.of(tiny_task(n_agents=agents), "agents")
+    features, n = inputs.flat_features, inputs.n_agents
+    torch.manual_seed(0)
+    # the old layout, as the old code built it: one network over every agent's input and id, in turn
+    old = Mlp(num_cells=[16], agent_id=True).build_multi_agent(features + n, 1, n, centralised=True, share_params=True)
+    new = Mlp(num_cells=[16], agent_id=True).build_module(inputs, [("agents", "value")], 1, centralised=True,
+                                                          share_params=True)
+    prefix = "learners.agents.objective.critic_network_params."  # as in a MAPPO checkpoint
+    checkpoint = {"lit_marl": {"format_version": 2, "group_map": {"agents": [f"agent_{i}" for i in range(n)]}},
+                  "state_dict": {f"{prefix}module.net.{k}": v.clone() for k, v in old.state_dict().items()}}
+    current = {f"{prefix}{k}": v for k, v in new.state_dict().items()}
+    assert fold_constant_agent_ids(checkpoint, current) == [f"{prefix}module.net.params.0.weight"]
+    new.load_state_dict({k[len(prefix):]: v for k, v in checkpoint["state_dict"].items()})
+    observation = torch.randn(6, n, features)
+    before = old(torch.cat([observation, torch.eye(n).expand(6, n, n)], dim=-1))
+    after = new(TensorDict({("agents", "observation"): observation}, batch_size=[6])).get(("agents", "value"))
+    torch.testing.assert_close(after, before)  # every agent: the group's old value
+    # today's checkpoints, and old ones of any other layout, are left as they are
+    checkpoint["lit_marl"]["format_version"] = 3
+    assert fold_constant_agent_ids(checkpoint, current) == []
+
+
+def test_training_does_not_continue_from_a_folded_critic_but_evaluation_loads_it(tmp_path):
+    """The folded layer is the same function, but its Adam moments belong to the old one: ``fit`` from such a
+    checkpoint is refused by name before anything runs; loading it to evaluate or export works."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from lit_marl.algorithms import MAPPO
+    from lit_marl.errors import CheckpointError
+    from lit_marl.models import Mlp
+    from tests.helpers.tiny import tiny_kwargs, tiny_task, tiny_trainer
+
+    def model() -> MAPPO:
+        return MAPPO(tiny_task(), **tiny_kwargs(critic_model=Mlp(num_cells=[16], agent_id=True)))
+
+    pl.seed_everything(0)
+    tiny_trainer(tmp_path, max_epochs=1, callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)]).fit(
+        model())
+    checkpoint = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
+    checkpoint["lit_marl"]["format_version"] = 2
+    old_layout = [k for k, v in checkpoint["state_dict"].items() if k.endswith("params.0.weight") and "critic" in k]
+    assert len(old_layout) == 2  # the critic and the loss's copy of its parameters
+    for key in old_layout:  # 3 agents of 14 observations: [x_1, id_1, x_2, id_2, x_3, id_3]
+        checkpoint["state_dict"][key] = torch.randn(16, 3 * (14 + 3))
+    torch.save(checkpoint, tmp_path / "old.ckpt")
+    loaded = MAPPO.load_from_checkpoint(tmp_path / "old.ckpt", weights_only=True)
+    assert loaded.frames == checkpoint["lit_marl"]["frames"]
+    with pytest.raises(CheckpointError, match="training cannot continue from it; allowed: lit-marl validate"):
+        tiny_trainer(tmp_path / "resumed", max_epochs=2).fit(model(), ckpt_path=tmp_path / "old.ckpt")

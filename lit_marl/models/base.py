@@ -86,25 +86,39 @@ def agent_ids(like: torch.Tensor, n_agents: int) -> torch.Tensor:
     return ids.expand(*like.shape[:-2], n_agents, n_agents)
 
 
+def joint_with_ids(x: torch.Tensor) -> torch.Tensor:
+    """EPyMARL's centralised critic input (its ``centralV``): every agent's ``[*B, n_agents, F]`` features joined, for
+    each agent, followed by that agent's one-hot index: ``[*B, n_agents, n_agents * F + n_agents]``. A network shared
+    by the agents then gives each its own output from the joint input."""
+    n = x.shape[-2]
+    joint = x.flatten(-2).unsqueeze(-2).expand(*x.shape[:-2], n, n * x.shape[-1])
+    return torch.cat([joint, agent_ids(x, n)], dim=-1)
+
+
 class FlattenConcat(nn.Module):
     """Flattens each input's feature dims (after the agent dim), concatenates them (and, with ``agent_ids`` = the
-    group's number of agents, each agent's one-hot index, EPyMARL's ``obs_agent_id``) and applies ``net``, then
-    ``head`` where given (e.g. splitting the output into a normal's location and scale)."""
+    group's number of agents, each agent's one-hot index, EPyMARL's ``obs_agent_id``; with ``joint`` as well, all
+    agents' features followed by the agent's index: :func:`joint_with_ids`) and applies ``net``, then ``head`` where
+    given (e.g. splitting the output into a normal's location and scale)."""
 
     def __init__(self, net: nn.Module, feature_ndims: list[int], head: nn.Module | None = None,
-                 agent_ids: int = 0) -> None:
+                 agent_ids: int = 0, joint: bool = False) -> None:
         super().__init__()
         self.net = net
         self.head = head
         self.feature_ndims = list(feature_ndims)
         self.agent_ids = agent_ids
+        self.joint = joint
 
     @override
     def forward(self, *inputs: torch.Tensor) -> Any:
         parts = [as_features(x if nd == 1 else x.flatten(x.dim() - nd)) for x, nd in zip(inputs, self.feature_ndims)]
-        if self.agent_ids:
-            parts.append(agent_ids(parts[0], self.agent_ids))
-        out = self.net(parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1))
+        x = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+        if self.joint:
+            x = joint_with_ids(x)
+        elif self.agent_ids:
+            x = torch.cat([x, agent_ids(x, self.agent_ids)], dim=-1)
+        out = self.net(x)
         return out if self.head is None else self.head(out)
 
 
@@ -147,16 +161,23 @@ class ModelConfig(Configurable):
     ) -> TensorDictModuleBase:
         """The module that reads ``inputs`` and writes ``out_keys`` (``head`` maps the network's
         ``[*B, n_agents, n_agent_outputs]`` to what ``out_keys`` name, e.g. a normal's loc and scale); with the
-        model's ``agent_id``, each agent's input ends with its one-hot index."""
+        model's ``agent_id``, each agent's input ends with its one-hot index; a centralised network shared by the
+        agents then reads the joint input and the agent's index (:func:`joint_with_ids`, EPyMARL's critic) and gives
+        each agent its own output, where without ids it gives them all the group's one."""
         ids = inputs.n_agents if getattr(self, "agent_id", False) else 0
-        net = self.build_multi_agent(inputs.flat_features + ids, n_agent_outputs, inputs.n_agents,
-                                     centralised=centralised, share_params=share_params, device=device)
+        joint = bool(ids) and centralised and share_params
+        if joint:
+            net = self.build_multi_agent(inputs.n_agents * inputs.flat_features + ids, n_agent_outputs,
+                                         inputs.n_agents, centralised=False, share_params=True, device=device)
+        else:
+            net = self.build_multi_agent(inputs.flat_features + ids, n_agent_outputs, inputs.n_agents,
+                                         centralised=centralised, share_params=share_params, device=device)
         ndims = [len(shape) for shape in inputs.shapes]
         if len(inputs.keys) == 1 and ndims == [1] and not ids:
             # the common case: one flat entry; no wrapper (each module call costs microseconds per step)
             module = net if head is None else nn.Sequential(net, head)
         else:
-            module = FlattenConcat(net, ndims, head, agent_ids=ids)
+            module = FlattenConcat(net, ndims, head, agent_ids=ids, joint=joint)
         return TensorDictModule(module, in_keys=list(inputs.keys), out_keys=list(out_keys))
 
     @property

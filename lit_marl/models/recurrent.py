@@ -34,7 +34,7 @@ from torchrl.data import Unbounded
 from typing_extensions import override
 
 from lit_marl.errors import ConfigError, check_types
-from lit_marl.models.base import ModelConfig, ModelInputs, agent_ids
+from lit_marl.models.base import ModelConfig, ModelInputs, agent_ids, joint_with_ids
 from lit_marl.models.mlp import positive_ints
 
 _MODE = threading.local()
@@ -74,7 +74,11 @@ class MultiAgentRecurrent(TensorDictModuleBase):
         self.in_keys = [*inputs.keys, *self.state_keys, "is_init"]
         self.out_keys = [*out_keys, *(("next", *key) for key in self.state_keys)]
         self.value_keys = list(out_keys)
-        n_in = (inputs.flat_features + (inputs.n_agents if agent_ids else 0)) * (inputs.n_agents if centralised else 1)
+        # a centralised network reads all agents' inputs; with ids, shared, it reads them and the agent's own index
+        # (joint_with_ids, EPyMARL's critic): one output per agent, where the ids of all agents would be a constant
+        self.joint = agent_ids and centralised and share_params
+        n_in = (inputs.flat_features * inputs.n_agents + inputs.n_agents if self.joint else
+                (inputs.flat_features + (inputs.n_agents if agent_ids else 0)) * (inputs.n_agents if centralised else 1))
         rnn_class = nn.GRU if kind == "gru" else nn.LSTM
         n_nets = 1 if share_params else inputs.n_agents
         self.rnns = nn.ModuleList(rnn_class(n_in, hidden_size, num_layers=n_layers, device=device)
@@ -89,6 +93,8 @@ class MultiAgentRecurrent(TensorDictModuleBase):
         for key, nd in zip(self.in_keys[: self.n_inputs], self.feature_ndims):
             x = tensordict.get(key)
             parts.append(x if nd == 1 else x.flatten(x.dim() - nd))
+        if self.joint:
+            return joint_with_ids(parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1))
         if self.agent_ids:
             parts.append(agent_ids(parts[0], self.n_agents))
         x = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)  # [*B, n_agents, F]

@@ -306,25 +306,43 @@ def test_agent_ids_reach_the_network_and_let_shared_weights_act_differently_on_a
         outputs[agent_id] = out
         if agent_id:
             (given,) = seen
-            assert given.shape == (5, 3, 14 + 3)
-            assert torch.equal(given[..., 14:], torch.eye(3).expand(5, 3, 3))  # agent i's row of the identity
-    if centralised:  # a centralised network's output is the group's, the same for every agent, ids or not
-        assert torch.equal(outputs[True][:, 0], outputs[True][:, 1])
-    else:
-        assert torch.equal(outputs[False][:, 0], outputs[False][:, 1])  # one set of weights, one answer
-        assert not torch.allclose(outputs[True][:, 0], outputs[True][:, 1])  # the id tells the agents apart
+            # centralised (EPyMARL's critic): all agents' observations, then the agent's own index
+            assert given.shape == ((5, 3, 3 * 14 + 3) if centralised else (5, 3, 14 + 3))
+            assert torch.equal(given[..., -3:], torch.eye(3).expand(5, 3, 3))  # agent i's row of the identity
+            if centralised:
+                assert torch.equal(given[:, 0, :-3], given[:, 2, :-3])  # every agent reads the same joint input
+    assert torch.equal(outputs[False][:, 0], outputs[False][:, 1])  # one set of weights, one answer
+    assert not torch.allclose(outputs[True][:, 0], outputs[True][:, 1])  # the id tells the agents apart
 
 
+def test_a_centralised_shared_critic_with_ids_values_each_agent_from_the_joint_observation():
+    """Without ids a centralised network shared by the agents gives each the group's one output; with them (EPyMARL's
+    ``centralV`` critic: the joint input and the agent's index) each agent's output is its own, and each still
+    depends on every agent's observation."""
+    inputs = ModelInputs.of(tiny_task(), "agents")
+    torch.manual_seed(0)
+    module = Mlp(num_cells=[16], agent_id=True).build_module(inputs, [("agents", "out")], 1, centralised=True,
+                                                             share_params=True)
+    observation = torch.randn(5, 3, 14)
+    value = module(TensorDict({("agents", "observation"): observation}, batch_size=[5])).get(("agents", "out"))
+    assert value.shape == (5, 3, 1) and not torch.allclose(value[:, 0], value[:, 1])
+    moved = observation.clone()
+    moved[:, 2] += 1.0  # only agent 2's observation changes: every agent's value moves
+    after = module(TensorDict({("agents", "observation"): moved}, batch_size=[5])).get(("agents", "out"))
+    assert not torch.isclose(after, value).any()
+
+
+@pytest.mark.parametrize("centralised", [False, True])
 @pytest.mark.parametrize("model", [Gru, Lstm])
-def test_recurrent_agents_take_ids_too(model):
+def test_recurrent_agents_take_ids_too(model, centralised):
     """EPyMARL's agents are GRUs with ids: a shared recurrent network with ids tells agents that observe the same
-    apart, from the first step (zero hidden states)."""
+    apart, from the first step (zero hidden states); centralised, it reads the joint input and the agent's index."""
     inputs = ModelInputs.of(tiny_task(), "agents")
     for agent_id in (False, True):
         torch.manual_seed(0)
         module = model(hidden_size=8, agent_id=agent_id).build_module(inputs, [("agents", "out")], 4,
-                                                                      centralised=False, share_params=True)
-        assert module.rnns[0].input_size == 14 + 3 * agent_id
+                                                                      centralised=centralised, share_params=True)
+        assert module.rnns[0].input_size == (3 * 14 + 3 * agent_id if centralised else 14 + 3 * agent_id)
         states = {key: torch.zeros(5, 3, 1, 8) for key in module.state_keys}
         batch = TensorDict({("agents", "observation"): torch.randn(14).expand(5, 3, 14), **states,
                             "is_init": torch.ones(5, 1, dtype=torch.bool)}, batch_size=[5])

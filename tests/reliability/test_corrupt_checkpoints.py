@@ -85,9 +85,9 @@ def _edited(trained, tmp_path, edit) -> Path:
 
 
 @pytest.mark.parametrize(("version", "fragments"), [
-    (3, ["format_version 3", "newer lit-marl", "reads format 1, 2"]),
-    (0, ["format_version 0", "another lit-marl", "reads format 1, 2"]),
-    (None, ["format_version None", "reads format 1, 2"]),
+    (4, ["format_version 4", "newer lit-marl", "reads format 1, 2, 3"]),
+    (0, ["format_version 0", "another lit-marl", "reads format 1, 2, 3"]),
+    (None, ["format_version None", "reads format 1, 2, 3"]),
 ])
 def test_checkpoint_of_another_format_version_is_refused(capsys, trained, tmp_path, version, fragments):
     ckpt = _edited(trained, tmp_path, lambda c: c["lit_marl"].update(format_version=version))
