@@ -86,13 +86,17 @@ def agent_ids(like: torch.Tensor, n_agents: int) -> torch.Tensor:
     return ids.expand(*like.shape[:-2], n_agents, n_agents)
 
 
-def joint_with_ids(x: torch.Tensor) -> torch.Tensor:
-    """EPyMARL's centralised critic input (its ``centralV``): every agent's ``[*B, n_agents, F]`` features joined, for
-    each agent, followed by that agent's one-hot index: ``[*B, n_agents, n_agents * F + n_agents]``. A network shared
-    by the agents then gives each its own output from the joint input."""
+def joint_input(x: torch.Tensor) -> torch.Tensor:
+    """Every agent's ``[*B, n_agents, F]`` features joined, the same for each agent: ``[*B, n_agents, n_agents * F]``."""
     n = x.shape[-2]
-    joint = x.flatten(-2).unsqueeze(-2).expand(*x.shape[:-2], n, n * x.shape[-1])
-    return torch.cat([joint, agent_ids(x, n)], dim=-1)
+    return x.flatten(-2).unsqueeze(-2).expand(*x.shape[:-2], n, n * x.shape[-1])
+
+
+def joint_with_ids(x: torch.Tensor) -> torch.Tensor:
+    """EPyMARL's centralised critic input (its ``centralV``): :func:`joint_input` followed by each agent's one-hot
+    index, ``[*B, n_agents, n_agents * F + n_agents]``. A network shared by the agents then gives each its own output
+    from the joint input."""
+    return torch.cat([joint_input(x), agent_ids(x, x.shape[-2])], dim=-1)
 
 
 class FlattenConcat(nn.Module):
@@ -165,13 +169,10 @@ class ModelConfig(Configurable):
         agents then reads the joint input and the agent's index (:func:`joint_with_ids`, EPyMARL's critic) and gives
         each agent its own output, where without ids it gives them all the group's one."""
         ids = inputs.n_agents if getattr(self, "agent_id", False) else 0
-        joint = bool(ids) and centralised and share_params
-        if joint:
-            net = self.build_multi_agent(inputs.n_agents * inputs.flat_features + ids, n_agent_outputs,
-                                         inputs.n_agents, centralised=False, share_params=True, device=device)
-        else:
-            net = self.build_multi_agent(inputs.flat_features + ids, n_agent_outputs, inputs.n_agents,
-                                         centralised=centralised, share_params=share_params, device=device)
+        joint = bool(ids) and centralised and share_params  # the joint input is built here, per agent
+        n_in = (inputs.n_agents if joint else 1) * inputs.flat_features + ids
+        net = self.build_multi_agent(n_in, n_agent_outputs, inputs.n_agents, centralised=centralised and not joint,
+                                     share_params=share_params, device=device)
         ndims = [len(shape) for shape in inputs.shapes]
         if len(inputs.keys) == 1 and ndims == [1] and not ids:
             # the common case: one flat entry; no wrapper (each module call costs microseconds per step)

@@ -34,7 +34,7 @@ from torchrl.data import Unbounded
 from typing_extensions import override
 
 from lit_marl.errors import ConfigError, check_types
-from lit_marl.models.base import ModelConfig, ModelInputs, agent_ids, joint_with_ids
+from lit_marl.models.base import ModelConfig, ModelInputs, agent_ids, joint_input, joint_with_ids
 from lit_marl.models.mlp import positive_ints
 
 _MODE = threading.local()
@@ -98,9 +98,7 @@ class MultiAgentRecurrent(TensorDictModuleBase):
         if self.agent_ids:
             parts.append(agent_ids(parts[0], self.n_agents))
         x = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)  # [*B, n_agents, F]
-        if self.centralised:  # every agent reads all agents' inputs
-            x = x.flatten(-2).unsqueeze(-2).expand(*x.shape[:-2], self.n_agents, x.shape[-2] * x.shape[-1])
-        return x
+        return joint_input(x) if self.centralised else x  # centralised: every agent reads all agents' inputs
 
     def _step(self, x: torch.Tensor, states: list[torch.Tensor], reset: torch.Tensor | None):
         """One step. ``x`` ``[N, n_agents, F]``, states ``[N, n_agents, L, H]``, reset ``[N]``."""
