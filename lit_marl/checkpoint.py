@@ -17,7 +17,7 @@ from lit_marl import __version__
 from lit_marl.errors import CheckpointError, ConfigError
 from lit_marl.reading import looks_like_json
 from lit_marl.sidecars import (BUFFERS_STATE, SidecarLinks, atomic_torch_save, buffers_meta, buffers_token,
-                               rank_buffers, save_buffers_per_process, sidecar_path, sidecar_paths)
+                               damaged_sidecar, rank_buffers, save_buffers_per_process, sidecar_path, sidecar_paths)
 from lit_marl.utils import rng_state
 
 #: version of the ``checkpoint["lit_marl"]`` layout (3: a centralised shared network with agent ids reads the joint
@@ -77,7 +77,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         meta = checkpoint.get("lit_marl", {})
         token = meta.pop("replay_buffers_sidecar", None)
         if token is not None:
-            sidecar = _checked_sidecar(Path(path), token)
+            sidecar = _checked_sidecar(Path(path), token, verify=True)
             try:
                 meta["replay_buffers"] = torch.load(sidecar, map_location="cpu", weights_only=True)
             except _LOAD_ERRORS as err:
@@ -125,9 +125,10 @@ def _unreadable(path, err: BaseException, sidecar: Path | None = None) -> str:
             f"allowed: a complete file written by lit-marl (loadable with torch.load(weights_only=True))")
 
 
-def _checked_sidecar(path: Path, token: str) -> Path:
+def _checked_sidecar(path: Path, token: str, verify: bool = False) -> Path:
     """The replay-buffer sidecar a checkpoint names; refused if it is missing or is not a complete zip archive
-    (``torch.save``'s format; the check reads only the archive's directory at its end)."""
+    (``torch.save``'s format; the check reads only the archive's directory at its end), and with ``verify`` if any
+    of its bytes changed (every member against its CRC-32: :func:`~lit_marl.sidecars.damaged_sidecar`)."""
     sidecar = sidecar_path(path.resolve(), token)
     if not sidecar.is_file():
         raise CheckpointError(
@@ -139,12 +140,16 @@ def _checked_sidecar(path: Path, token: str) -> Path:
             f"ckpt_path: the replay buffers of {str(path)!r} ({sidecar.name}) are truncated or corrupt (not a "
             f"complete torch.save archive); allowed: the sidecar file as lit-marl wrote it"
         )
+    refusal = damaged_sidecar(sidecar, f"the replay buffers of {str(path)!r}") if verify else None
+    if refusal is not None:
+        raise CheckpointError(refusal)
     return sidecar
 
 
-def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+def read_checkpoint(path: str | os.PathLike, verify_buffers: bool = False) -> dict[str, Any]:
     """Load a lit-marl checkpoint with ``weights_only=True`` (without its replay buffers, whose sidecar is only
-    checked to exist and be complete); raise :class:`CheckpointError` if it is unusable."""
+    checked to exist and be complete, and with ``verify_buffers`` to be undamaged: a resume checks it before the run
+    starts); raise :class:`CheckpointError` if it is unusable."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(_missing(path))
@@ -159,7 +164,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         )
     token = checkpoint["lit_marl"].get("replay_buffers_sidecar")
     if token is not None:
-        _checked_sidecar(path, token)
+        _checked_sidecar(path, token, verify=verify_buffers)
     return checkpoint
 
 
@@ -364,10 +369,18 @@ def load_run_state(checkpoint: dict[str, Any], run: Any) -> dict[str, Any]:
     for group, state in meta.get("target_updaters", {}).items():
         run.learners[group].load_checkpoint_state(state)
     if "rank_buffers" in meta:  # a DDP run's: each process's buffers in a sidecar file
-        buffers = rank_buffers(meta["rank_buffers"], Path(str(run.trainer.ckpt_path)), run.rank, run.world_size)
+        buffers = rank_buffers(meta["rank_buffers"], Path(str(run.trainer.ckpt_path)), run.rank, run.world_size,
+                               _gather_objects if torch.distributed.is_initialized() else None)
         if buffers is not None:
             restored["replay_buffers"] = buffers
     return restored
+
+
+def _gather_objects(obj: Any) -> list[Any]:
+    """Every process's ``obj`` (a collective: each process calls it)."""
+    gathered: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(gathered, obj)
+    return gathered
 
 
 def prepare_checkpoints(trainer: Any, run: Any, with_buffers: bool) -> None:

@@ -186,7 +186,8 @@ class LitMarlCLI(LightningCLI):
                   file=sys.stderr)
         if not ckpt_path or str(ckpt_path) in LIGHTNING_CKPT_ALIASES:
             return
-        checkpoint = read_checkpoint(ckpt_path)
+        # a resume trains on its replay buffers: checked whole here, before the run folder is made
+        checkpoint = read_checkpoint(ckpt_path, verify_buffers=self.subcommand == "fit")
         meta = checkpoint["lit_marl"]
         # kept for before_<command>, which checks the networks once the model is built
         self._checkpoint_to_fit = (str(ckpt_path), meta.get("group_map"), checkpoint)

@@ -114,6 +114,28 @@ def test_two_process_maddpg_resumes_each_process_replay_buffer(tmp_path):
 
 
 @pytest.mark.slow
+def test_two_process_resume_refuses_a_damaged_process_sidecar_on_every_process(tmp_path):
+    """Issue 48: bytes changed inside process 1's replay buffers loaded as other values. Each process checks its own
+    sidecar against its CRC-32s and tells the others, so both stop at once with the file's name (exit 2), rather
+    than process 1 alone while process 0 waits for it."""
+    from tests.reliability.test_corrupt_checkpoints import _bytes_inside
+
+    config = _config(tmp_path / "maddpg.yaml", "MADDPG", tmp_path / "probe", max_frames=160)
+    _lit_marl("fit", "--config", str(config))
+    (run,) = Path("runs/ddp").iterdir()
+    last = run / "checkpoints" / "last.ckpt"
+    (damaged,) = last.parent.glob("last.ckpt.buffers-*.rank1")
+    damaged.write_bytes(_bytes_inside(damaged.read_bytes()))
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([shutil.which("lit-marl"), "fit", "--config", str(config), "--model.init_args.max_frames",
+                           "320", "--ckpt_path", str(last)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2, done.stderr[-3000:]
+    refusal = f"ckpt_path: the replay buffers of process 1 of {str(last)!r} ({damaged.name}) are damaged"
+    assert done.stderr.count(refusal) == 2, done.stderr[-3000:]  # one line from each process
+    assert "fails its CRC-32 check" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
 def test_every_algorithm_ends_an_iteration_with_one_set_of_weights_on_both_processes(tmp_path):
     """Issue 34: every algorithm, with every nan_policy, that DDP accepts trains one iteration in 2 gloo processes and
     both end with the same parameters and buffers (target networks, exploration scales), optimizer state (step counts,

@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
+import zipfile
+from functools import partial
 from pathlib import Path
 
 import lightning.pytorch as pl
 import pytest
 import torch
+import yaml
 
 from lit_marl.algorithms import IQL, MAPPO
 from lit_marl.checkpoint import AtomicCheckpointIO, read_checkpoint
@@ -141,8 +145,22 @@ def _sidecar(ckpt: Path) -> Path:
     return sidecar
 
 
-@pytest.mark.parametrize("damage", ["missing", "truncated", "noise"])
+def _bytes_inside(data: bytes, seed: int = 0) -> bytes:
+    """Up to 4 KiB of random bytes written over the largest tensor of a ``torch.save`` archive: its zip headers stay
+    whole, so it passes ``zipfile.is_zipfile`` and ``torch.load(weights_only=True)``, with other values."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        member = max(archive.infolist(), key=lambda info: info.file_size)
+    header = member.header_offset  # a local header: 30 bytes, then the name and the extra field, then the data
+    start = header + 30 + int.from_bytes(data[header + 26:header + 28], "little") + \
+        int.from_bytes(data[header + 28:header + 30], "little")
+    size = min(4096, member.file_size)
+    noise = torch.randint(0, 256, (size,), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
+    return data[:start] + noise.numpy().tobytes() + data[start + size:]
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated", "noise", "bytes inside"])
 def test_missing_or_corrupt_buffer_sidecar_is_refused(off_policy_checkpoint, tmp_path, damage):
+    """Issue 48: bytes changed inside the sidecar loaded before, as ~1000 other replay values (two non-finite)."""
     ckpt = tmp_path / "copy.ckpt"
     ckpt.write_bytes(off_policy_checkpoint.read_bytes())
     data = _sidecar(off_policy_checkpoint).read_bytes()
@@ -151,11 +169,46 @@ def test_missing_or_corrupt_buffer_sidecar_is_refused(off_policy_checkpoint, tmp
         sidecar.write_bytes(data[: len(data) // 2])
     elif damage == "noise":
         sidecar.write_bytes(os.urandom(len(data)))
-    expected = "are missing" if damage == "missing" else "truncated or corrupt"
-    for load in (read_checkpoint, AtomicCheckpointIO().load_checkpoint):
+    elif damage == "bytes inside":
+        sidecar.write_bytes(_bytes_inside(data))
+        torch.load(sidecar, weights_only=True)  # what torch.load alone lets through
+    expected = {"missing": "are missing", "bytes inside": "are damaged: its member .* fails its CRC-32 check"}.get(
+        damage, "truncated or corrupt")
+    for load in (partial(read_checkpoint, verify_buffers=True), AtomicCheckpointIO().load_checkpoint):
         with pytest.raises(CheckpointError, match=expected) as err:
             load(ckpt)
         assert sidecar.name in str(err.value)
+
+
+def _off_policy_config(path: Path) -> Path:
+    """tiny_config's run with MADDPG: two iterations, a checkpoint with replay buffers after each."""
+    config = yaml.safe_load(tiny_config(path).read_text())
+    init_args = config["model"]["init_args"]
+    for key in ("minibatch_size", "n_minibatch_iters"):
+        init_args.pop(key)
+    init_args.update(n_optimizer_steps=2, train_batch_size=16, memory_size=200)
+    config["model"]["class_path"] = "lit_marl.algorithms.MADDPG"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_a_resume_refuses_a_damaged_sidecar_and_names_its_hard_link(capsys, tmp_path, monkeypatch):
+    """last.ckpt's sidecar is the periodic checkpoint's file under a second name: bytes changed in one are changed in
+    both, and the refusal (exit 2, before the run starts) says so, and where to resume from instead."""
+    monkeypatch.chdir(tmp_path)
+    config = _off_policy_config(tmp_path / "maddpg.yaml")
+    main(["fit", "--config", str(config), *QUIET])
+    (run,) = run_dirs()
+    last = run / "checkpoints" / "last.ckpt"
+    sidecar = _sidecar(last)
+    (periodic,) = (run / "checkpoints").glob("frames_*80.ckpt.buffers-*")
+    assert periodic.stat().st_ino == sidecar.stat().st_ino
+    sidecar.write_bytes(_bytes_inside(sidecar.read_bytes()))  # in place: both names see it
+    err = expect_exit(capsys, ["fit", "--config", str(run / "config.yaml"), "--ckpt_path", str(last), *QUIET], 2,
+                      f"lit-marl: error: ckpt_path: the replay buffers of {str(last)!r} ({sidecar.name}) are damaged",
+                      "fails its CRC-32 check", f"it is one file with {periodic.name} (a hard link",
+                      "so those are damaged too", "resume from an earlier checkpoint whose replay buffers are whole")
+    assert "Traceback" not in err
 
 
 def test_intact_sidecar_loads(off_policy_checkpoint):
