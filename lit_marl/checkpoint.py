@@ -54,9 +54,14 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         try:
             if buffers is not None:
                 token = uuid.uuid4().hex[:12]
-                self._links.save(buffers, sidecar_path(path, token), state)
+                self._links.save(buffers, sidecar_path(path, token), state, path)
                 meta["replay_buffers_sidecar"] = token
-            atomic_torch_save(checkpoint, path)
+            try:
+                atomic_torch_save(checkpoint, path)
+            except BaseException:  # the new sidecar belongs to no checkpoint: removed (the previous one keeps its own)
+                if token is not None:
+                    sidecar_path(path, token).unlink(missing_ok=True)
+                raise
         finally:
             if buffers is not None:  # leave the caller's dict as it was
                 meta["replay_buffers"] = buffers

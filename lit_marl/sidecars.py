@@ -20,14 +20,35 @@ from lit_marl.data.replay import buffer_state
 from lit_marl.errors import CheckpointError
 
 
-def atomic_torch_save(obj: Any, path: Path) -> None:
-    """``torch.save`` through :func:`~lit_marl.atomic.atomic_target`: never a half-written file."""
+def atomic_torch_save(obj: Any, path: Path, checkpoint: Path | None = None) -> None:
+    """``torch.save`` through :func:`~lit_marl.atomic.atomic_target`: never a half-written file. A write that fails
+    (disk full, read-only, no permission) raises an ``OSError`` naming ``path`` (not the temporary file) and whether
+    the ``checkpoint`` it belongs to (``path`` itself, or the checkpoint of a sidecar) is still there, whole."""
     try:
         with atomic_target(path) as tmp, open(tmp, "wb") as f:
             torch.save(obj, f)
-    except OSError as err:  # disk full, read-only, no permission: name the checkpoint, not the temp file
-        kept = "the previous one is intact" if path.exists() else "none was there before"
-        raise OSError(err.errno, f"{err.strerror or err} (checkpoint not written; {kept})", str(path)) from err
+    except (OSError, RuntimeError) as err:
+        cause = write_error(err)
+        if cause is None:
+            raise
+        checkpoint = checkpoint or path
+        kept = "the previous one is intact" if checkpoint.exists() else "none was there before"
+        part = "" if checkpoint == path else f"the replay buffers of {checkpoint.name}: "
+        raise OSError(cause.errno, f"{cause.strerror or cause} ({part}checkpoint not written; {kept})",
+                      str(path)) from err
+
+
+def write_error(err: BaseException) -> OSError | None:
+    """The ``OSError`` behind ``err``, or None. A write that fails inside ``torch.save`` (the disk full at the n-th
+    tensor) reaches its zip writer, which raises a ``RuntimeError`` of its own in its ``__exit__`` ("unexpected
+    pos …"): the ``OSError`` is only its context."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, OSError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
 
 
 #: ``checkpoint["lit_marl"]`` key of the state the replay buffers are saved at (``<buffers id>:<buffers_token>``);
@@ -52,10 +73,12 @@ class SidecarLinks:
     def __init__(self) -> None:
         self._last: tuple[str, Path] | None = None
 
-    def save(self, buffers: Any, target: Path, state: str | None) -> None:
+    def save(self, buffers: Any, target: Path, state: str | None, checkpoint: Path | None = None) -> None:
+        """Write ``buffers`` to ``target`` (the sidecar of ``checkpoint``), or link it to the last file written of the
+        same ``state``."""
         last, self._last = self._last, None
         if state is None or last is None or last[0] != state or not _hard_link(last[1], target):
-            atomic_torch_save(buffers, target)
+            atomic_torch_save(buffers, target, checkpoint)
         if state is not None:
             self._last = (state, target)
 
@@ -193,7 +216,7 @@ def save_buffers_per_process(strategy: Any) -> None:
         state = meta.pop(BUFFERS_STATE, None)
         if buffers is not None:
             Path(filepath).parent.mkdir(parents=True, exist_ok=True)
-            links.save(buffers, rank_sidecar(Path(filepath), token, strategy.global_rank), state)
+            links.save(buffers, rank_sidecar(Path(filepath), token, strategy.global_rank), state, Path(filepath))
         strategy.barrier("lit-marl replay buffers")  # every process's buffers are on disk
         save(checkpoint, filepath, storage_options)
         if strategy.is_global_zero and token is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import io
+from pathlib import Path
 
 import pytest
 import torch
@@ -79,6 +80,87 @@ def test_disk_full_at_the_first_checkpoint_names_it(capsys, tmp_path, monkeypatc
                 "frames_000000040.ckpt", "none was there before", unchanged=None)
     (run,) = run_dirs()
     assert list((run / "checkpoints").iterdir()) == []
+
+
+class _FullDisk(io.FileIO):
+    """A file on a disk with ``room`` bytes left: the write that goes past it fails as the kernel's does."""
+
+    room = 1000
+
+    def write(self, data) -> int:
+        if self.tell() + len(data) > self.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(data)
+
+
+def _fill_disk_at_file(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """The n-th checkpoint or sidecar file written (1-based) finds the disk full after 1000 bytes. Unlike
+    :func:`_fill_disk_at_save` this goes through torch.save's own zip writer, which turns the failed write into a
+    RuntimeError of its own in its ``__exit__``."""
+    from lit_marl import sidecars
+
+    opened = []
+
+    def open_(file, mode="r", *args, **kwargs):
+        opened.append(file)
+        if "w" in mode and len(opened) == n:
+            return _FullDisk(file, "wb")
+        return open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(sidecars, "open", open_, raising=False)
+
+
+def _maddpg_config(path: Path) -> Path:
+    """tiny_config's run with MADDPG: each checkpoint has a replay-buffer sidecar, written before it."""
+    config = yaml.safe_load(tiny_config(path).read_text())
+    init_args = config["model"]["init_args"]
+    for key in ("minibatch_size", "n_minibatch_iters"):
+        init_args.pop(key)
+    init_args.update(n_optimizer_steps=2, train_batch_size=16, memory_size=200)
+    config["model"]["class_path"] = "lit_marl.algorithms.MADDPG"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+# files written, MAPPO: iteration 1 → frames_…40.ckpt (1), last.ckpt (2); iteration 2 → frames_…80.ckpt (3), last.ckpt
+# (4). MADDPG: a sidecar before each checkpoint, last.ckpt's a hard link to the periodic one's (not written again):
+# frames_…40's sidecar (1), frames_…40.ckpt (2), last.ckpt (3); frames_…80's sidecar (4), frames_…80.ckpt (5), last (6)
+#: what the message says of the file that was not written: a file of that name before, or none
+NEW, KEPT = "checkpoint not written; none was there before", "checkpoint not written; the previous one is intact"
+
+
+@pytest.mark.parametrize("algorithm, n, failing, said, before", [
+    ("MAPPO", 1, "frames_000000040.ckpt", NEW, None),
+    ("MAPPO", 2, "last.ckpt", NEW, None),
+    ("MAPPO", 3, "frames_000000080.ckpt", NEW, 40),
+    ("MAPPO", 4, "last.ckpt", KEPT, 40),
+    ("MADDPG", 1, "frames_000000040.ckpt.buffers-", f"the replay buffers of frames_000000040.ckpt: {NEW}", None),
+    ("MADDPG", 4, "frames_000000080.ckpt.buffers-", f"the replay buffers of frames_000000080.ckpt: {NEW}", 40),
+    ("MADDPG", 5, "frames_000000080.ckpt", NEW, 40),
+    ("MADDPG", 6, "last.ckpt", KEPT, 40),
+])
+def test_a_disk_that_fills_at_any_checkpoint_write_exits_4_keeping_the_previous_one(
+        capsys, tmp_path, monkeypatch, algorithm, n, failing, said, before):
+    """Issue 48: torch.save's zip writer turns the failed write into a RuntimeError, which the handler of OSError
+    never saw: exit 1 and two tracebacks, where the README promises exit 4, one line and the last checkpoint whole."""
+    config = tiny_config(tmp_path / "c.yaml") if algorithm == "MAPPO" else _maddpg_config(tmp_path / "c.yaml")
+    with monkeypatch.context() as patch:
+        _fill_disk_at_file(patch, n)
+        err = expect_exit(capsys, ["fit", "--config", str(config), *QUIET], 4,
+                          "lit-marl: error: could not write", failing, "No space left on device", said,
+                          "resume with --ckpt_path", unchanged=None)
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    (run,) = run_dirs()
+    checkpoints = run / "checkpoints"
+    assert not list(checkpoints.glob(".*")), "a temporary file was left behind"
+    if before is None:
+        assert not (checkpoints / "last.ckpt").exists()
+        assert not list(checkpoints.glob("*.buffers-*")), "a sidecar without its checkpoint was left behind"
+        return
+    assert read_checkpoint(checkpoints / "last.ckpt", verify_buffers=True)["lit_marl"]["frames"] == before
+    for sidecar in checkpoints.glob("*.buffers-*"):  # each belongs to a checkpoint that names it
+        owner = checkpoints / sidecar.name.split(".buffers-")[0]
+        assert read_checkpoint(owner)["lit_marl"]["replay_buffers_sidecar"] == sidecar.name.split(".buffers-")[1]
 
 
 def test_disk_full_at_a_metrics_write_exits_4_and_the_resume_writes_the_row(capsys, tmp_path, monkeypatch):
