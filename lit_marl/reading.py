@@ -19,11 +19,61 @@ import yaml
 
 from lit_marl.errors import ConfigError
 
+_MERGE = "tag:yaml.org,2002:merge"
+
 #: a shape check: what is wrong with the parsed data, or None
 Shape = Callable[[Any], "str | None"]
 #: what a cut-off JSON value can end with when the parser stops at it (a literal or number cut short)
 _CUT_LITERALS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")
 _CUT_NUMBER = re.compile(r"-?[0-9.eE+-]*")
+
+
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A key given twice in one mapping of a YAML file: ``key`` (dotted from the top), at ``lines`` (1-based)."""
+
+    def __init__(self, key: str, lines: tuple[int, int], mark: yaml.Mark) -> None:
+        super().__init__(None, None, f"the key {key!r} twice (lines {lines[0]} and {lines[1]})", mark)
+        self.key, self.lines = key, lines
+
+
+class StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (:class:`DuplicateKeyError`), at any depth.
+
+    PyYAML keeps the last of them without a word: a grid's second ``mappo:`` line under ``algorithms:`` would train
+    another config under the name mappo. Keys merged in with ``<<:`` may still be overridden (that is what merging
+    is for)."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        self._refuse_duplicates(node, "", set())
+        return super().construct_document(node)
+
+    def _refuse_duplicates(self, node: yaml.Node, path: str, seen_nodes: set[int]) -> None:
+        if id(node) in seen_nodes:  # an alias of a node already checked (or of itself)
+            return
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self._refuse_duplicates(item, f"{path}[{i}]", seen_nodes)
+        elif isinstance(node, yaml.MappingNode):
+            first: dict[Any, yaml.Node] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == _MERGE:
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                dotted = f"{path}.{key}" if path else str(key)
+                try:
+                    earlier = first.setdefault(key, key_node)
+                except TypeError:  # an unhashable key: PyYAML's own construction refuses it by name
+                    earlier = key_node
+                if earlier is not key_node:
+                    raise DuplicateKeyError(dotted, (earlier.start_mark.line + 1, key_node.start_mark.line + 1),
+                                            key_node.start_mark)
+                self._refuse_duplicates(value_node, dotted, seen_nodes)
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` of a file a user wrote, refusing a key given twice (:class:`StrictLoader`)."""
+    return yaml.load(text, Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
 def refused(what: str, path: str | os.PathLike, problem: str, allowed: str) -> ConfigError:
@@ -116,10 +166,14 @@ def read_json(path: str | os.PathLike, what: str, allowed: str, shape: Shape | N
 
 
 def read_yaml(path: str | os.PathLike, what: str, allowed: str, shape: Shape | None = None) -> Any:
-    """A YAML file's data, refused by name as :func:`read_json` refuses a JSON file."""
+    """A YAML file's data, refused by name as :func:`read_json` refuses a JSON file, and when a mapping in it has a
+    key twice (:class:`StrictLoader`)."""
     text = read_text(path, what, allowed, "YAML")
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
+    except DuplicateKeyError as err:
+        raise refused(what, path, f"a YAML file with {err.problem}: YAML keeps only the last, silently",
+                      f"each key once, in {allowed}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -423,6 +423,9 @@ def test_published_results_are_drawn_and_listed_beside_the_runs(tmp_path, monkey
     ("vmas/balance:\n  - {label: x, frames: 5, return: .nan, source: s}\n", "[0].return: nan; allowed: a finite"),
     ("vmas/balance: []\n", "references.vmas/balance: expected a list of points"),
     ("[1, 2]\n", "holds no task"),
+    # issue 48: YAML would keep the second list only, silently
+    ("vmas/balance:\n  - {label: x, frames: 1, return: 1, source: s}\nvmas/balance:\n  - {label: y, frames: 2, "
+     "return: 2, source: s}\n", "with the key 'vmas/balance' twice (lines 1 and 3)"),
 ])
 def test_bad_published_results_are_refused_before_anything_is_written(tmp_path, capsys, content, message):
     _synthetic_benchmark(tmp_path / "bench")
