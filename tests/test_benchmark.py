@@ -128,6 +128,24 @@ def test_a_bad_grid_is_refused_before_anything_runs(tmp_path, capsys, change, fr
     _assert_refused(tiny_grid(tmp_path, **change), capsys, fragments)
 
 
+@pytest.mark.parametrize(
+    ("change", "fragments"),
+    [
+        ({"name": "../escaped"}, ["name: '../escaped' is not a folder name"]),
+        ({"name": "/tmp/escaped"}, ["name: '/tmp/escaped' is not a folder name"]),
+        ({"name": ".."}, ["name: '..' is not a folder name"]),
+        ({"tasks": {"../../escaped": BALANCE}}, ["tasks.../../escaped: '../../escaped' is not a folder name"]),
+        ({"algorithms": {"a/b": "mappo.yaml"}}, ["algorithms.a/b: 'a/b' is not a folder name"]),
+    ],
+)
+def test_a_name_that_is_a_path_is_refused_before_anything_is_written(tmp_path, capsys, change, fragments):
+    """Issue 48: a grid's, task's or algorithm's name is a folder under the output folder; ``name: ../x`` wrote the
+    runs beside it."""
+    (tmp_path / "inside").mkdir()
+    _assert_refused(tiny_grid(tmp_path / "inside", **change), capsys, [*fragments, "allowed: a name without '/'"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["inside"]
+
+
 def _assert_refused(grid: Path, capsys, fragments: list[str]) -> None:
     """``lit-marl benchmark`` on ``grid`` exits 2 with every fragment in its message, and has written nothing."""
     with pytest.raises(SystemExit) as exit_info:

@@ -118,6 +118,17 @@ def _check_model_keys(overrides: dict[str, Any], algorithm: type, where: str) ->
                               f"{did_you_mean(parts[2], allowed)}allowed: {', '.join(sorted(allowed))}")
 
 
+def _folder_name(field_name: str, value: Any) -> str:
+    """A grid, task or algorithm name, which names one folder under the output folder: refused where it is a path
+    (``name: ../x``, ``/tmp/x``, ``a/b``), which would write runs outside that folder or into another name's."""
+    text = str(value)
+    if text in ("", ".", "..") or any(sep in text for sep in ("/", "\\", "\0")):
+        raise ConfigError(f"{field_name}: {text!r} is not a folder name (each run goes to <output_dir>/<name>/<task>/"
+                          f"<algorithm>/seed_<s>, and a path would put it elsewhere); allowed: a name without '/' or "
+                          f"'\\', other than '.' and '..'")
+    return text
+
+
 def _read_yaml(path: Path, field_name: str) -> dict[str, Any]:
     """A grid or base config: a YAML mapping, refused by name when missing, a folder, binary (a checkpoint), not YAML
     or not a mapping."""
@@ -151,7 +162,7 @@ class Benchmark:
             raise ConfigError(f"config: unknown grid keys {sorted(unknown)}; allowed: {', '.join(GRID_KEYS)}")
         self.launcher = one_of("launcher", launcher or grid.get("launcher", "local"), LAUNCHERS)
         self.slurm = parse_settings(grid.get("slurm"))  # checked whatever the launcher: a typo shows now
-        self.name = str(grid.get("name") or self.path.stem)
+        self.name = _folder_name("name", grid.get("name") or self.path.stem)
         self.root = Path(output_dir or grid.get("output_dir", "runs/benchmarks")) / self.name
         self.parallel = positive_int("parallel", parallel if parallel is not None else grid.get("parallel", 1))
         seeds = grid.get("seeds", [0])
@@ -161,6 +172,9 @@ class Benchmark:
         for key in ("algorithms", "tasks"):
             if not isinstance(grid.get(key), dict) or not grid[key]:
                 raise ConfigError(f"{key}: the grid needs a mapping of names to {key}, got {grid.get(key)!r}")
+        for key in ("algorithms", "tasks"):
+            for name in grid[key]:
+                _folder_name(f"{key}.{name}", name)
         overrides = _mapping(grid.get("overrides"), "overrides")
         tasks = {name: self._task(name, value, set(grid["algorithms"])) for name, value in grid["tasks"].items()}
         self.runs: list[Run] = []
