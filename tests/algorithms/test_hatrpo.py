@@ -79,6 +79,7 @@ def test_each_agent_takes_one_step_within_the_kl_threshold_with_the_factor(tmp_p
     _fit(tmp_path, "run", max_epochs=1, model=model)
     order = [int(a[-1]) for a in model.agent_orders[0]]
     assert [agent for agent, *_ in steps] == order  # one step per agent, whole batch, in the iteration's order
+    assert any(moved for *_, moved in steps), "no agent's step was accepted: the checks below would hold vacuously"
     for k, (agent, factor, result, moved) in enumerate(steps):
         assert float(result["kl"]) <= 0.005
         assert moved == ([agent] if float(result["step_fraction"]) > 0 else [])

@@ -209,10 +209,13 @@ class ImageSpreadTask(VmasTask):
         return TransformedEnv(super()._make_env(num_envs, seed, device), _ImageObservation())
 
 
-def _fit_briefly(tmp_path, model):
+def _fit_briefly(tmp_path, model) -> set[str]:
+    """One iteration; the names of the weights it changed."""
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     trainer = tiny_trainer(tmp_path, max_epochs=1)
     trainer.fit(model)
     assert model.frames == 40 and trainer.callback_metrics["val/return"].isfinite()
+    return {k for k, v in model.state_dict().items() if k in before and not torch.equal(v, before[k])}
 
 
 def test_mappo_trains_with_gnn_then_mlp_actor_and_deepsets_critic(tmp_path):
@@ -221,17 +224,21 @@ def test_mappo_trains_with_gnn_then_mlp_actor_and_deepsets_critic(tmp_path):
                                  gnn_class="GATv2Conv"), Mlp(num_cells=[16])], intermediate_sizes=[8])
     critic = DeepSets(local_nn_num_cells=[16], local_nn_out_features=8, global_nn_num_cells=[16])
     model = MAPPO(tiny_task(), **tiny_kwargs(actor_model=actor, critic_model=critic))
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    _fit_briefly(tmp_path, model)
-    changed = {k for k, v in model.state_dict().items() if k in before and not torch.equal(v, before[k])}
+    changed = _fit_briefly(tmp_path, model)
     assert any("conv" in k for k in changed) and any(".rho." in k for k in changed)
 
 
 def test_maddpg_trains_with_a_gnn_q_function_and_mappo_with_a_cnn(tmp_path):
-    _fit_briefly(tmp_path / "maddpg", MADDPG(tiny_task(), **ddpg_kwargs(critic_model=Gnn(topology="full"))))
+    maddpg = MADDPG(tiny_task(), **ddpg_kwargs(critic_model=Gnn(topology="full")))
+    changed = _fit_briefly(tmp_path / "maddpg", maddpg)
+    gnn_weights = {k for k in maddpg.state_dict() if k.startswith("learners.agents.critic.module.conv.")}
+    assert gnn_weights and gnn_weights <= changed  # every graph convolution of the Q-function was trained
     cnn = Cnn(cnn_num_cells=[4], cnn_kernel_sizes=2, mlp_num_cells=[16])
-    _fit_briefly(tmp_path / "mappo", MAPPO(ImageSpreadTask("simple_spread", max_steps=10),
-                                           **tiny_kwargs(actor_model=cnn, critic_model=cnn)))
+    mappo = MAPPO(ImageSpreadTask("simple_spread", max_steps=10), **tiny_kwargs(actor_model=cnn, critic_model=cnn))
+    changed = _fit_briefly(tmp_path / "mappo", mappo)
+    convolutions = {k for k in mappo.state_dict()
+                    if k.startswith(("learners.agents.policy.", "learners.agents.critic.")) and ".conv." in k}
+    assert len(convolutions) == 4 and convolutions <= changed  # the actor's and the critic's convolutions trained
 
 
 def test_a_model_that_cannot_read_the_task_stops_before_training():
