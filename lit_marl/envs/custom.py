@@ -44,7 +44,7 @@ from lit_marl.envs.batching import batched_env
 from lit_marl.envs.grouping import check_grouping
 from lit_marl.envs.gymnasium import VECTORIZATION, GymnasiumTask
 from lit_marl.envs.pettingzoo import PettingZooEntry, PettingZooTask, check_workers, wrap_pettingzoo
-from lit_marl.errors import ConfigError, one_of, positive_int, did_you_mean
+from lit_marl.errors import ConfigError, check_types, one_of, positive_int, did_you_mean
 
 KINDS = ("torchrl", "pettingzoo", "gymnasium")
 _ALLOWED = ("allowed: 'package.module.ClassName' of a torchrl EnvBase subclass with grouped keys, a PettingZoo "
@@ -152,6 +152,10 @@ class CustomTask(Task):
         vectorization: str = "sync",
         num_workers: int = 1,
     ) -> None:
+        check_types(CustomTask.__init__, dict(env_class=env_class, max_steps=max_steps, env_kwargs=env_kwargs,
+                                              agent_groups=agent_groups, state_key=state_key, success_key=success_key,
+                                              group=group, vectorization=vectorization, num_workers=num_workers),
+                    prefix="task.")
         cls = import_env_class(env_class)
         self.kind = env_kind(cls, env_class)
         self.env_class = env_class

@@ -23,7 +23,7 @@ from torchrl.envs.gym_like import default_info_dict_reader
 from typing_extensions import override
 
 from lit_marl.envs.base import Task
-from lit_marl.errors import ConfigError, one_of, positive_int, did_you_mean
+from lit_marl.errors import ConfigError, check_types, one_of, positive_int, did_you_mean
 
 VECTORIZATION = ("sync", "async")
 
@@ -57,6 +57,8 @@ class GymnasiumTask(Task):
         vectorization: str = "sync",
         group: str = "agent",
     ) -> None:
+        check_types(GymnasiumTask.__init__, dict(env_id=env_id, max_steps=max_steps, env_kwargs=env_kwargs,
+                                                 vectorization=vectorization, group=group), prefix="task.")
         if env_id not in gym.registry:
             hint = did_you_mean(env_id, gym.registry, cutoff=0.6)
             raise ConfigError(f"task.env_id: {env_id!r} is not a registered Gymnasium env; {hint}allowed: any id in "

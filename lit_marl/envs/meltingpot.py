@@ -43,7 +43,7 @@ from lit_marl.envs.base import Task
 from lit_marl.envs.batching import batched_env, episode_in_process
 from lit_marl.envs.grouping import check_grouping, group_agents
 from lit_marl.envs.pettingzoo import check_workers
-from lit_marl.errors import ConfigError, positive_int, did_you_mean
+from lit_marl.errors import ConfigError, check_types, positive_int, did_you_mean
 
 INSTALL = 'pip install -e ".[meltingpot]" && python scripts/install_meltingpot.py --offline'
 #: what substrates import (lit-marl's ``meltingpot`` extra)
@@ -183,6 +183,9 @@ class MeltingPotTask(Task):
         return_state: bool = False,
         num_workers: int = 1,
     ) -> None:
+        check_types(MeltingPotTask.__init__, dict(substrate=substrate, max_steps=max_steps, roles=roles,
+                                                  agent_groups=agent_groups, return_state=return_state,
+                                                  num_workers=num_workers), prefix="task.")
         if not isinstance(substrate, str):
             raise ConfigError(f"task.substrate: must be a substrate name, got {substrate!r}")
         self._max_steps = positive_int("task.max_steps", max_steps)

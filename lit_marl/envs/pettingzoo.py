@@ -31,7 +31,7 @@ from typing_extensions import override
 from lit_marl.envs.base import Task
 from lit_marl.envs.batching import batched_env, episode_in_process
 from lit_marl.envs.grouping import check_grouping, group_agents
-from lit_marl.errors import ConfigError, positive_int, did_you_mean
+from lit_marl.errors import ConfigError, check_types, positive_int, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,9 @@ class PettingZooTask(Task):
         num_workers: int = 1,
         **kwargs: Any,
     ) -> None:
+        check_types(PettingZooTask.__init__, dict(task=task, max_steps=max_steps, continuous_actions=continuous_actions,
+                                                  task_kwargs=task_kwargs, agent_groups=agent_groups,
+                                                  return_state=return_state, num_workers=num_workers), prefix="task.")
         name = task.rsplit("_v", 1)[0] if task not in PETTINGZOO_TASKS and "_v" in task else task
         if name not in PETTINGZOO_TASKS:
             hint = did_you_mean(name, PETTINGZOO_TASKS)
