@@ -122,6 +122,10 @@ def test_benchmark_runs_in_parallel_processes(tmp_path, capsys):
         ({"algorithms": {"vdn": str(CONFIGS / "vdn_vmas_navigation.yaml")}},  # discrete-only on a continuous task
          ["algorithms.vdn", "VDN", "continuous", "'balance'"]),
         ({"seeds": []}, ["seeds", "[]"]),
+        # issue 48: each of these failed only once its run had started (a duplicate ran twice into one folder)
+        ({"seeds": [0, 1, 0]}, ["seeds[2]: 0 is given twice", "allowed: distinct integers"]),
+        ({"seeds": [0, -1]}, ["seeds[1]: -1 is out of range; allowed: integers in [0, 4294967295]"]),
+        ({"seeds": [2**32]}, ["seeds[0]: 4294967296 is out of range"]),
     ],
 )
 def test_a_bad_grid_is_refused_before_anything_runs(tmp_path, capsys, change, fragments):
@@ -186,6 +190,11 @@ def test_overrides_go_from_the_grid_to_the_task_for_one_algorithm(tmp_path):
          ["'model.init_args.gama'", "mappo on balance", "MAPPO", "did you mean 'gamma'"]),
         ({}, {"model.init_args.minibatch_sise": 4}, ["'model.init_args.minibatch_sise'", "'minibatch_size'"]),
         ({"overrides": [1]}, {}, ["tasks.balance.overrides", "mapping"]),
+        # issue 48: values fit's parser refuses, refused before the first run (they failed each run at its start)
+        ({}, {"model.init_args.lr": "abc"}, ["algorithms.mappo on tasks.balance: lit-marl fit refuses its run config: "
+                                             "model.init_args.lr: 'abc' is not a number"]),
+        ({"algorithm_overrides": {"mappo": {"trainer.max_epochs": "ten"}}}, {},
+         ["algorithms.mappo on tasks.balance", "trainer.max_epochs: 'ten' is not an integer"]),
     ],
 )
 def test_a_bad_override_is_refused_by_name_before_anything_runs(tmp_path, capsys, tasks_change, overrides,

@@ -37,14 +37,17 @@ algorithm and task exists and fits) before any run starts. ``launcher: slurm`` (
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
 import importlib
 import inspect
+import io
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -129,6 +132,44 @@ def _folder_name(field_name: str, value: Any) -> str:
     return text
 
 
+#: the seeds Lightning's ``seed_everything`` takes (numpy's)
+MAX_SEED = 2**32 - 1
+
+
+def _seeds(seeds: Any) -> list[int]:
+    """The grid's seeds: distinct integers in [0, MAX_SEED]. A duplicate would run twice into one folder, and a seed
+    ``seed_everything`` refuses would fail each run at its start, hours into the grid."""
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                           for s in seeds):
+        raise ConfigError(f"seeds: must be a non-empty list of integers, got {seeds!r}")
+    for i, seed in enumerate(seeds):
+        if not 0 <= seed <= MAX_SEED:
+            raise ConfigError(f"seeds[{i}]: {seed} is out of range; allowed: integers in [0, {MAX_SEED}]")
+        if seed in seeds[:i]:
+            raise ConfigError(f"seeds[{i}]: {seed} is given twice (its runs would share the folder seed_{seed}); "
+                              f"allowed: distinct integers")
+    return seeds
+
+
+def _check_parses(config: dict[str, Any], where: str) -> None:
+    """``lit-marl fit``'s own parsing of a run config (``--print_config``: every value's type, the grid's overrides
+    included), the first thing each run does: a value it refuses is refused now, before the first run starts, not
+    once per run. The grid's runs of one algorithm on one task differ only in their seed and folder, so one parse
+    checks them all. Checks inside the algorithm's ``__init__`` (a value's range) still come at each run's start."""
+    with tempfile.TemporaryDirectory(prefix="lit-marl-grid-") as folder:
+        path = Path(folder) / RUN_CONFIG
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        errors = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
+                cli_main(["fit", "--config", str(path), "--print_config"])
+        except SystemExit as exit_:
+            if exit_.code not in (0, None):
+                said = errors.getvalue().strip().splitlines()
+                reason = said[0].removeprefix("lit-marl: error: ") if said else f"exit {exit_.code}"
+                raise ConfigError(f"{where}: lit-marl fit refuses its run config: {reason}") from None
+
+
 def _read_yaml(path: Path, field_name: str) -> dict[str, Any]:
     """A grid or base config: a YAML mapping, refused by name when missing, a folder, binary (a checkpoint), not YAML
     or not a mapping."""
@@ -165,10 +206,7 @@ class Benchmark:
         self.name = _folder_name("name", grid.get("name") or self.path.stem)
         self.root = Path(output_dir or grid.get("output_dir", "runs/benchmarks")) / self.name
         self.parallel = positive_int("parallel", parallel if parallel is not None else grid.get("parallel", 1))
-        seeds = grid.get("seeds", [0])
-        if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
-                                                               for s in seeds):
-            raise ConfigError(f"seeds: must be a non-empty list of integers, got {seeds!r}")
+        seeds = _seeds(grid.get("seeds", [0]))
         for key in ("algorithms", "tasks"):
             if not isinstance(grid.get(key), dict) or not grid[key]:
                 raise ConfigError(f"{key}: the grid needs a mapping of names to {key}, got {grid.get(key)!r}")
@@ -193,6 +231,7 @@ class Benchmark:
                     folder = self.root / task_name / alg_name / f"seed_{seed}"
                     config = self._run_config(base, task_config, seed, folder, run_overrides)
                     self.runs.append(Run(alg_name, task_name, seed, folder, config))
+                _check_parses(self.runs[-1].config, f"algorithms.{alg_name} on tasks.{task_name}")
 
     # ---------------------------------------------------------------------- checks
     def _task(self, name: str, value: Any, algorithms: set[str]
