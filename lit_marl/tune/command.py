@@ -69,6 +69,13 @@ def check(config_path: str, space_path: str, overrides: dict[str, Any]) -> tuple
     return settings, config
 
 
+def earlier_trials(root: Path) -> list[str]:
+    """The files of the study folder ``root`` that show it ran trials (only its journal says which)."""
+    trials = root / "trials"
+    shown = [f"{len(list(trials.iterdir()))} in {trials}"] if trials.is_dir() and any(trials.iterdir()) else []
+    return shown + [str(root / name) for name in ("trials.csv", "best.yaml") if (root / name).exists()]
+
+
 def prepare(root: Path, settings: TuneSettings, config: dict[str, Any], new_study: str = "lit-marl tune --config "
             "<config> --space <space> --out <a new folder>"):
     """The study folder and its study (created, or continued when the same config and settings made it). A study
@@ -91,7 +98,7 @@ def prepare(root: Path, settings: TuneSettings, config: dict[str, Any], new_stud
             raise ConfigError(f"{changed[0]}: differs from the study in {str(root)!r} (changed: {', '.join(changed)}); "
                               f"allowed: the same config and settings to continue it (only trials may change), or "
                               f"another --out for a new study")
-        check_journal(root / JOURNAL, new_study)
+        check_journal(root / JOURNAL, new_study, study_name=STUDY_NAME, earlier=earlier_trials(root))
     root.mkdir(parents=True, exist_ok=True)
     write_atomic(root / BASE_CONFIG, yaml.safe_dump(config, sort_keys=False), overwrite=True)
     write_atomic(kept, yaml.safe_dump(settings.as_dict(), sort_keys=False), overwrite=True)
