@@ -112,6 +112,44 @@ def test_benchmark_runs_in_parallel_processes(tmp_path, capsys):
     assert max(i["started"] for i in infos) < min(i["ended"] for i in infos)  # they ran at the same time
 
 
+_HOLD_THE_LOCK = """
+import sys
+from pathlib import Path
+from lit_marl.benchmark.grid import launcher_lock
+
+with launcher_lock(Path(sys.argv[1])):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_one_launcher_per_benchmark_folder(tmp_path, capsys):
+    """Issue 48: two launchers on one grid trained the same run folders at once. The second is refused by name, with
+    the first's pid; --status still reads the folder; a launcher that dies leaves no stale lock."""
+    from lit_marl.benchmark.grid import launcher_lock
+
+    grid = tiny_grid(tmp_path, seeds=[0])
+    root = tmp_path / "bench" / "tiny"
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_THE_LOCK, str(root)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert holder.stdout.readline() == "held\n", "the lock holder ended before it held the lock"
+        with pytest.raises(SystemExit) as exit_info:
+            main(["benchmark", "--config", str(grid)])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2
+        assert (f"output_dir: {str(root)!r} is in use by another lit-marl benchmark launcher (pid {holder.pid}, "
+                f"holding {root / 'launcher.lock'}); allowed: one launcher per benchmark folder") in err, err
+        assert not (root / "balance").exists()  # nothing of the runs written
+        main(["benchmark", "--config", str(grid), "--status"])  # read-only: no lock needed
+        assert "| balance | mappo | 0 | not started |" in capsys.readouterr().out
+    finally:
+        holder.kill()  # SIGKILL: no chance to clean up
+        holder.wait()
+    with launcher_lock(root):  # the OS released it
+        pass
+
+
 @pytest.mark.parametrize(
     ("change", "fragments"),
     [

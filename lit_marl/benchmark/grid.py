@@ -32,7 +32,8 @@ interrupted ones from their newest ``last.ckpt`` (one that holds the run's ``max
 launcher stopped before it wrote ``finished.json``, which the next launch writes); the grid is checked (every
 algorithm and task exists and fits) before any run starts. ``launcher: slurm`` (or ``--launcher slurm``) with a
 ``slurm:`` mapping of settings submits the runs as one SLURM job array instead (:mod:`lit_marl.benchmark.slurm`);
-``--status`` shows each run's state.
+``--status`` shows each run's state. One launcher at a time per benchmark folder: a second (local or SLURM) is
+refused by name while the first lives (``launcher.lock``); ``--status`` and ``--dry_run`` only read.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import csv
+import fcntl
 import importlib
 import inspect
 import io
@@ -50,6 +52,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +72,8 @@ from lit_marl.utils import instantiate
 
 FINISHED = "finished.json"
 RUN_CONFIG = "run_config.yaml"
+#: held (``flock``) by the one launcher of a benchmark folder; it holds that launcher's pid
+LAUNCHER_LOCK = "launcher.lock"
 GRID_KEYS = ("name", "output_dir", "parallel", "seeds", "algorithms", "tasks", "overrides", "launcher", "slurm")
 
 
@@ -332,7 +337,10 @@ class Benchmark:
     def run(self, log=print, in_process: bool = False) -> list[Run]:
         """Run what is left of the grid, ``parallel`` processes at a time (or one after the other in this
         process with ``in_process``: no process start-up, for notebooks); returns every run with its status."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        with launcher_lock(self.root):
+            return self._run(log, in_process)
+
+    def _run(self, log, in_process: bool) -> list[Run]:
         for run in self.runs:
             self.prepare(run)
         todo = [r for r in self.runs if r.status == "pending"]
@@ -376,6 +384,31 @@ class Benchmark:
         write_atomic(self.root / "summary.md", table, overwrite=True)  # derived from the run folders
         log(table)
         return self.runs
+
+
+@contextlib.contextmanager
+def launcher_lock(root: Path) -> Iterator[None]:
+    """Hold the benchmark folder ``root`` for one launcher while it lives: an exclusive ``flock`` on
+    ``root/launcher.lock``, which the OS releases when the process ends, however it ends (a killed launcher leaves no
+    stale lock). Two launchers on one folder would train the same run folders at once; the second is refused by name,
+    with the holder's pid (the file's content). Reading the folder (``--status``) takes no lock."""
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / LAUNCHER_LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by the runs (Python's fds close on exec)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "not written yet"
+            raise ConfigError(f"output_dir: {str(root)!r} is in use by another lit-marl benchmark launcher (pid "
+                              f"{holder}, holding {path}); allowed: one launcher per benchmark folder: wait for it "
+                              f"to end (--status shows each run), stop it, or give another name or --output_dir"
+                              ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def latest_checkpoint(folder: Path) -> Path | None:

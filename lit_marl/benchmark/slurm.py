@@ -24,7 +24,7 @@ from typing_extensions import override
 
 from lit_marl.atomic import write_atomic, write_json
 from lit_marl.benchmark.grid import (FINISHED, RUN_CONFIG, Benchmark, Run, at_budget, final_metrics, fit_command,
-                                     latest_checkpoint, summary_table, write_finished)
+                                     latest_checkpoint, launcher_lock, summary_table, write_finished)
 from lit_marl.errors import ConfigError
 from lit_marl.slurm.jobs import (INTERRUPTED_CODES, PENDING_STATES, RUNNING_STATES, Watched, array_job_id, queued,
                                  read_jobs, record_jobs, wait_for)
@@ -135,7 +135,12 @@ def submit(bench: Benchmark, wait: bool = False, log=print, poll_s: float = 2.0)
     ``wait``, return when those jobs have left the queue, after the summary table (exit code 1 when a run failed)."""
     settings = bench.slurm
     check_cluster(settings)  # before anything is written or submitted
-    bench.root.mkdir(parents=True, exist_ok=True)
+    with launcher_lock(bench.root):  # a second launcher (local or SLURM) would submit or start the same runs again
+        return _submit(bench, wait, log, poll_s)
+
+
+def _submit(bench: Benchmark, wait: bool, log, poll_s: float) -> int:
+    settings = bench.slurm
     jobs, queue = read_jobs(bench.root), queued(strict=True)
     for run in bench.runs:
         bench.prepare(run)  # run_config.yaml (a changed grid is refused), finished runs skipped
