@@ -9,6 +9,9 @@ import torch
 
 from tests.helpers.tiny import ROOT
 
+#: under ``CI``, a skip not on its short allow-list fails the run (tests/helpers/ci_skips.py)
+pytest_plugins = ["tests.helpers.ci_skips"]
+
 os.environ.setdefault("PYTHONHASHSEED", "0")
 if "PYTEST_XDIST_WORKER" in os.environ and "OMP_NUM_THREADS" not in os.environ:
     # pytest -n N: the workers share the cores (each test's numbers were measured with one torch thread per run); set
@@ -22,3 +25,4 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ
 def _in_tmp_cwd(tmp_path, monkeypatch):
     """Runs write ``runs/`` relative to the working directory: keep them out of the repo."""
     monkeypatch.chdir(tmp_path)
+

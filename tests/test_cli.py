@@ -71,18 +71,51 @@ CONFIG_OVERRIDES = {
 }
 
 
-@pytest.mark.parametrize("config", sorted(p.name for p in CONFIGS.glob("*.yaml")))
-def test_every_config_runs_one_iteration(config):
-    text = (CONFIGS / config).read_text()
-    overrides = CONFIG_OVERRIDES.get(config, [])
+#: what every config is shrunk to for the default suite: 2 envs of 10-step episodes, one evaluation episode, and
+#: the config's own batch sizes, warm-up and windows cut to fit those 20 frames (a key is set only where the config
+#: sets it)
+SMALL = {"num_envs": 2, "frames_per_batch": 20, "evaluation_episodes": 1, "task.init_args.max_steps": 10}
+SMALL_IF_SET = {"minibatch_size": 20, "train_batch_size": 16, "init_random_frames": 0, "n_step": 2,
+                "sequence_length": 5}
+#: where that does not fit: Melting Pot's seven-player map (4-45 ms a step, 2 s a reset) with one env; a board game
+#: whose length its rules fix (connect four: at most 42 moves), one game each
+SMALLER = {"ippo_meltingpot_commons_harvest.yaml": {"num_envs": 1, "frames_per_batch": 10, "minibatch_size": 10},
+           "mappo_classic_connect_four.yaml": {"task.init_args.max_steps": 42, "frames_per_batch": 84,
+                                               "minibatch_size": 84}}
+
+
+def small_overrides(config: str) -> list[str]:
+    """Overrides that make ``config``'s first iteration a 20-frame one (everything else as shipped)."""
+    init_args = yaml.safe_load((CONFIGS / config).read_text())["model"]["init_args"]
+    values = {**SMALL, **{k: v for k, v in SMALL_IF_SET.items() if k in init_args}, **SMALLER.get(config, {})}
+    return [arg for key, value in values.items() for arg in (f"--model.init_args.{key}", str(value))]
+
+
+def _one_iteration(config: str, overrides: list[str]) -> None:
     frames = int(dict(zip(overrides[::2], overrides[1::2])).get(
-        "--model.init_args.frames_per_batch", yaml.safe_load(text)["model"]["init_args"]["frames_per_batch"]))
+        "--model.init_args.frames_per_batch",
+        yaml.safe_load((CONFIGS / config).read_text())["model"]["init_args"]["frames_per_batch"]))
     fit_config(CONFIGS / config, "--model.init_args.max_frames", str(frames), *overrides)
     (run,) = run_dirs()
     rows = list(csv.DictReader(open(run / "metrics.csv")))
     assert max(float(r["counters/frames"]) for r in rows if r.get("counters/frames")) == frames
     assert any(r.get("val/return") for r in rows)
     assert (run / "checkpoints" / "last.ckpt").is_file()
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in CONFIGS.glob("*.yaml")))
+def test_every_config_runs_one_small_iteration(config):
+    """Every shipped config (its algorithm, task, models and every setting but the sizes in :data:`SMALL`) trains one
+    iteration, evaluates and checkpoints."""
+    _one_iteration(config, small_overrides(config))
+
+
+@pytest.mark.slow  # the shipped sizes (6,000 frames of VMAS a config): 5-45 s each
+@pytest.mark.parametrize("config", sorted(p.name for p in CONFIGS.glob("*.yaml")))
+def test_every_config_runs_its_shipped_first_iteration(config):
+    """The same at the config's own frames per iteration and evaluation (CONFIG_OVERRIDES only where one episode
+    alone takes minutes)."""
+    _one_iteration(config, CONFIG_OVERRIDES.get(config, []))
 
 
 def test_print_config_round_trips(tmp_path, capsys):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -25,10 +24,10 @@ from lit_marl.export import MANIFEST, export_policy, load_exported
 from lit_marl.models import Cnn
 from tests.helpers.tiny import tiny_trainer
 
-# dm-meltingpot is installed by scripts/install_meltingpot.py (CI runs it): missing there, these tests fail; missing
-# on a developer's machine that never ran the script, they are skipped with that command
+# dm-meltingpot is installed by scripts/install_meltingpot.py (CI runs it): missing on a developer's machine that never
+# ran the script, these tests are skipped with that command; under CI that skip fails the run (tests/helpers/ci_skips.py)
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("meltingpot") is None and not os.environ.get("CI"),
+    importlib.util.find_spec("meltingpot") is None,
     reason="dm-meltingpot is not installed: pip install -e '.[meltingpot]' && python scripts/install_meltingpot.py "
            "--offline",
 )
