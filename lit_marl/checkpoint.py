@@ -374,24 +374,17 @@ def load_run_state(checkpoint: dict[str, Any], run: Any) -> dict[str, Any]:
     for group, state in meta.get("target_updaters", {}).items():
         run.learners[group].load_checkpoint_state(state)
     if "rank_buffers" in meta:  # a DDP run's: each process's buffers in a sidecar file
-        buffers = rank_buffers(meta["rank_buffers"], Path(str(run.trainer.ckpt_path)), run.rank, run.world_size,
-                               _gather_objects if torch.distributed.is_initialized() else None)
+        buffers = rank_buffers(meta["rank_buffers"], Path(str(run.trainer.ckpt_path)), run.rank, run.world_size)
         if buffers is not None:
             restored["replay_buffers"] = buffers
     return restored
 
 
-def _gather_objects(obj: Any) -> list[Any]:
-    """Every process's ``obj`` (a collective: each process calls it)."""
-    gathered: list[Any] = [None] * torch.distributed.get_world_size()
-    torch.distributed.all_gather_object(gathered, obj)
-    return gathered
-
-
-def prepare_checkpoints(trainer: Any, run: Any, with_buffers: bool) -> None:
+def prepare_checkpoints(trainer: Any, run: Any) -> None:
     """Before a run starts: its checkpoints written atomically (unless the user chose their own CheckpointIO), the
-    checkpoint it resumes from (``ckpt_path``) checked against it before anything is built, and under DDP, where it
-    has replay buffers (``with_buffers``), every process's buffers saved beside each checkpoint."""
+    checkpoint it resumes from (``ckpt_path``) checked against it before anything is built, and under DDP every
+    process's replay buffers (where it has any) saved beside each checkpoint, every process stopping where a write
+    fails on one (:func:`~lit_marl.sidecars.save_buffers_per_process`)."""
     strategy = trainer.strategy
     if type(strategy.checkpoint_io) is TorchCheckpointIO:
         strategy.checkpoint_io = AtomicCheckpointIO()
@@ -399,5 +392,5 @@ def prepare_checkpoints(trainer: Any, run: Any, with_buffers: bool) -> None:
     if ckpt_path and str(ckpt_path) not in LIGHTNING_CKPT_ALIASES:
         meta = read_checkpoint(ckpt_path)["lit_marl"]
         check_compatible(meta, run.algorithm_name, run.task.to_config(), f"ckpt_path {str(ckpt_path)!r}")
-    if run.world_size > 1 and with_buffers:
+    if run.world_size > 1:
         save_buffers_per_process(strategy)

@@ -165,14 +165,12 @@ def damaged_sidecar(sidecar: Path, what: str) -> str | None:
             f"or start a new run (a checkpoint without its replay buffers is refused: deleting the file does not help)")
 
 
-def rank_buffers(saved: dict[str, Any], ckpt_path: Path, rank: int, world_size: int,
-                 gather: Any = None) -> dict[str, Any] | None:
+def rank_buffers(saved: dict[str, Any], ckpt_path: Path, rank: int, world_size: int) -> dict[str, Any] | None:
     """Process ``rank``'s replay buffers of a DDP checkpoint (``saved``: its ``rank_buffers`` entry), read from their
     sidecar file; None, with a warning, where the checkpoint was written by another number of processes.
 
-    A missing or damaged sidecar is refused on every process, naming each one at fault: ``gather`` (every process's
-    problem, or None, from this one's: ``torch.distributed.all_gather_object``) tells the others, which would
-    otherwise wait for it in their first collective."""
+    A missing or damaged sidecar is refused on every process, naming each one at fault: each process tells the others
+    (:func:`gather_objects`), which would otherwise wait for it in their first collective."""
     if saved["world_size"] != world_size:
         rank_zero_warn(f"lit-marl: the checkpoint's replay buffers belong to {saved['world_size']} processes and "
                        f"this run has {world_size}; training continues with empty buffers")
@@ -184,7 +182,7 @@ def rank_buffers(saved: dict[str, Any], ckpt_path: Path, rank: int, world_size: 
                    f"{str(ckpt_path)!r}; allowed: the checkpoint with its .rank<r> files")
     else:
         problem = damaged_sidecar(sidecar, what)
-    problems = [p for p in (gather(problem) if gather is not None else [problem]) if p]
+    problems = [p for p in gather_objects(problem) if p]
     if problems:
         raise CheckpointError(" | ".join(problems))
     try:
@@ -193,6 +191,28 @@ def rank_buffers(saved: dict[str, Any], ckpt_path: Path, rank: int, world_size: 
         raise CheckpointError(f"ckpt_path: {what} ({sidecar.name}) are not readable: {type(err).__name__}: "
                               f"{(str(err).strip().splitlines() or [''])[0][:200]}; allowed: the .rank<r> files as "
                               f"lit-marl wrote them") from None
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """Every process's ``obj`` (a collective: each process calls it); ``[obj]`` outside a process group."""
+    if not torch.distributed.is_initialized():
+        return [obj]
+    gathered: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(gathered, obj)
+    return gathered
+
+
+def _together(write: Any) -> None:
+    """``write()`` on every process; where it fails on any (an ``OSError``: disk full), every process raises the
+    first failure, so none waits for the others in a later collective."""
+    failure = None
+    try:
+        write()
+    except OSError as err:
+        failure = (err.errno, err.strerror, err.filename)
+    failures = [f for f in gather_objects(failure) if f is not None]
+    if failures:
+        raise OSError(*failures[0])
 
 
 def rank_sidecar(path: Path, token: str, rank: int) -> Path:
@@ -204,7 +224,11 @@ def save_buffers_per_process(strategy: Any) -> None:
     """Under DDP every process has its own replay buffers. Lightning writes a checkpoint from process 0 only, so
     each process writes its buffers beside it (``<checkpoint>.buffers-<token>.rank<r>``, atomically, before
     process 0 writes the checkpoint that names the token); process 0 removes older ones, and those of a
-    checkpoint it removes."""
+    checkpoint it removes.
+
+    A write that fails (disk full) on one process stops every process with its ``OSError``, naming the file: each
+    tells the others after the sidecars and after the checkpoint (:func:`gather_objects`, in place of a barrier).
+    Before, the others waited for it in their next collective (gloo: a traceback; NCCL: until the timeout)."""
     if getattr(strategy, "_lit_marl_rank_buffers", False):
         return
     save, remove = strategy.save_checkpoint, strategy.remove_checkpoint
@@ -216,9 +240,9 @@ def save_buffers_per_process(strategy: Any) -> None:
         state = meta.pop(BUFFERS_STATE, None)
         if buffers is not None:
             Path(filepath).parent.mkdir(parents=True, exist_ok=True)
-            links.save(buffers, rank_sidecar(Path(filepath), token, strategy.global_rank), state, Path(filepath))
-        strategy.barrier("lit-marl replay buffers")  # every process's buffers are on disk
-        save(checkpoint, filepath, storage_options)
+            _together(lambda: links.save(buffers, rank_sidecar(Path(filepath), token, strategy.global_rank), state,
+                                         Path(filepath)))  # every process's buffers are on disk
+        _together(lambda: save(checkpoint, filepath, storage_options))
         if strategy.is_global_zero and token is not None:
             for old in Path(filepath).parent.glob(f"{Path(filepath).name}.buffers-*.rank*"):
                 if f".buffers-{token}.rank" not in old.name:

@@ -136,6 +136,29 @@ def test_two_process_resume_refuses_a_damaged_process_sidecar_on_every_process(t
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("algorithm, rank, write, failing", [
+    ("MADDPG", 1, 2, "frames_000000160.ckpt.buffers-f160s8.rank1"),  # process 1's sidecar at iteration 2
+    ("MAPPO", 0, 3, "frames_000000160.ckpt"),  # the checkpoint (process 0 writes it) at iteration 2
+])
+def test_two_process_run_on_a_full_disk_stops_every_process_with_exit_4(tmp_path, algorithm, rank, write, failing):
+    """Issue 48: a write that failed on one process left the other waiting for it in a collective (Lightning's
+    barrier after a checkpoint, lit-marl's after the sidecars) until the process group's timeout. Each process now
+    tells the others, and all stop at once, naming the file (exit 4), with last.ckpt of iteration 1 whole."""
+    config = yaml.safe_load(_config(tmp_path / "c.yaml", algorithm, tmp_path / "probe", max_frames=160).read_text())
+    config["trainer"]["callbacks"].append({"class_path": "tests.reliability.faulty.FullDiskOnRank",
+                                           "init_args": {"rank": rank, "write": write}})
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([shutil.which("lit-marl"), "fit", "--config", str(tmp_path / "c.yaml")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 4, done.stderr[-3000:]
+    assert done.stderr.count("lit-marl: error: could not write ") == 2, done.stderr[-3000:]  # one from each process
+    assert failing in done.stderr and "No space left on device" in done.stderr and "Traceback" not in done.stderr
+    (run,) = Path("runs/ddp").iterdir()
+    assert read_checkpoint(run / "checkpoints" / "last.ckpt", verify_buffers=True)["lit_marl"]["frames"] == 80
+
+
+@pytest.mark.slow
 def test_every_algorithm_ends_an_iteration_with_one_set_of_weights_on_both_processes(tmp_path):
     """Issue 34: every algorithm, with every nan_policy, that DDP accepts trains one iteration in 2 gloo processes and
     both end with the same parameters and buffers (target networks, exploration scales), optimizer state (step counts,

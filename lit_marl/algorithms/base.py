@@ -322,7 +322,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         check_shares(self, self.world_size, stage)
         if stage == "fit":
             check_resources(self, self.trainer)
-        prepare_checkpoints(self.trainer, self, with_buffers=not all(lr.on_policy for lr in self.learners.values()))
+        prepare_checkpoints(self.trainer, self)
 
     @override
     def configure_callbacks(self) -> list[pl.Callback]:

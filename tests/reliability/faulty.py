@@ -1,8 +1,12 @@
-"""Algorithms with injected numerical faults, importable by class path from a CLI config."""
+"""Algorithms with injected numerical faults, and a disk that fills, importable by class path from a CLI config."""
 
 from __future__ import annotations
 
+import errno
+import io
+
 import torch
+from lightning.pytorch import Callback
 
 from lit_marl.algorithms import MADDPG, MAPPO, QMIX, VDN
 
@@ -58,3 +62,42 @@ class FaultyQMIX(FaultyLoss, QMIX):
 
 class FaultyMADDPG(FaultyLoss, MADDPG):
     """MADDPG with :class:`FaultyLoss` (``nan_loss`` only)."""
+
+
+class FullDiskFile(io.FileIO):
+    """A file on a disk with ``room`` bytes left: the write that goes past it fails as the kernel's does."""
+
+    room = 1000
+
+    def write(self, data) -> int:
+        if self.tell() + len(data) > self.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(data)
+
+
+def fill_disk_at_file(n: int, setattr_=setattr) -> None:
+    """From now on, the n-th checkpoint or sidecar file this process writes (1-based) finds the disk full after 1000
+    bytes, inside torch.save's own zip writer (``setattr_``: a monkeypatch's, to undo it after a test)."""
+    from lit_marl import sidecars
+
+    opened = []
+
+    def open_(file, mode="r", *args, **kwargs):
+        opened.append(file)
+        if "w" in mode and len(opened) == n:
+            return FullDiskFile(file, "wb")
+        return open(file, mode, *args, **kwargs)
+
+    setattr_(sidecars, "open", open_)
+
+
+class FullDiskOnRank(Callback):
+    """Callback: on process ``rank`` of a run, the ``write``-th checkpoint or sidecar file finds the disk full
+    (:func:`fill_disk_at_file`); for DDP runs started from a CLI config."""
+
+    def __init__(self, rank: int, write: int) -> None:
+        self.rank, self.write = rank, write
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if trainer.global_rank == self.rank:
+            fill_disk_at_file(self.write)

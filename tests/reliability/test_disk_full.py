@@ -15,6 +15,7 @@ import yaml
 from lit_marl import checkpoint as checkpoint_module
 from lit_marl.checkpoint import read_checkpoint
 from lit_marl.cli import main
+from tests.reliability.faulty import fill_disk_at_file
 from tests.reliability.helpers import QUIET, expect_exit, rows, run_dirs, tiny_config
 
 
@@ -82,32 +83,11 @@ def test_disk_full_at_the_first_checkpoint_names_it(capsys, tmp_path, monkeypatc
     assert list((run / "checkpoints").iterdir()) == []
 
 
-class _FullDisk(io.FileIO):
-    """A file on a disk with ``room`` bytes left: the write that goes past it fails as the kernel's does."""
-
-    room = 1000
-
-    def write(self, data) -> int:
-        if self.tell() + len(data) > self.room:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return super().write(data)
-
-
 def _fill_disk_at_file(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
     """The n-th checkpoint or sidecar file written (1-based) finds the disk full after 1000 bytes. Unlike
     :func:`_fill_disk_at_save` this goes through torch.save's own zip writer, which turns the failed write into a
     RuntimeError of its own in its ``__exit__``."""
-    from lit_marl import sidecars
-
-    opened = []
-
-    def open_(file, mode="r", *args, **kwargs):
-        opened.append(file)
-        if "w" in mode and len(opened) == n:
-            return _FullDisk(file, "wb")
-        return open(file, mode, *args, **kwargs)
-
-    monkeypatch.setattr(sidecars, "open", open_, raising=False)
+    fill_disk_at_file(n, lambda module, name, value: monkeypatch.setattr(module, name, value, raising=False))
 
 
 def _maddpg_config(path: Path) -> Path:
