@@ -180,6 +180,7 @@ def test_one_mappo_iteration_runs_the_loops_code_in_six_files():
     assert {"Sampler.collect", "Collection.collect"} <= functions["algorithms/collection.py"]
 
 
+@pytest.mark.slow  # the script at its own sizes (two 6,000-frame VMAS collections): 40-80 s
 def test_the_levers_benchmark_times_each_lever_and_gae_with_one_critic_call_or_two(tmp_path, monkeypatch):
     """benchmarks/levers.py (issues 13 and 33): every variant and PPO's GAE both ways get a time, and the one-call
     path is put back afterwards."""
