@@ -3,6 +3,7 @@ skips finished runs and resumes the interrupted one from its last.ckpt."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -67,6 +68,58 @@ def test_benchmark_resumes_after_a_kill_without_repeating_finished_runs(tmp_path
     finally:
         torch.set_num_threads(threads)
     assert "2 finished, 0 to resume, 0 to start" in capsys.readouterr().out
+
+
+def _wait_for(what: str, done, proc: subprocess.Popen, log: Path, timeout_s: float = 240) -> None:
+    """Poll ``done()`` until true; fail naming ``what`` if ``proc`` ends first or the deadline (a bound on a hang,
+    not a timing) passes."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert proc.poll() is None, f"the launcher ended (exit {proc.returncode}) before {what}: {log.read_text()[-2000:]}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
+        time.sleep(0.1)
+
+
+@pytest.mark.slow  # a launcher and its fit process, signalled mid-training: about 30 s each on two busy cores
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_to_the_launcher_stops_its_runs_at_their_checkpoint(tmp_path, signum):
+    """Issue 48: SIGTERM (SIGHUP, a Ctrl-C sent to it alone) killed the launcher without a word while its fit trained
+    on as an orphan. Now each running fit is asked to stop (it saves last.ckpt), the launcher waits for it, says in
+    one line what it stopped, and exits 128 + the signal, as fit does."""
+    grid = tiny_grid(tmp_path, overrides={"model.init_args.max_frames": 400_000, "checkpoint.every_n_epochs": 100_000,
+                                          "trainer.check_val_every_n_epoch": 100_000,
+                                          "model.init_args.n_minibatch_iters": 1})
+    run = tmp_path / "bench" / "tiny" / "balance" / "mappo" / "seed_0"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    log = tmp_path / "launcher.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "lit_marl.cli", "benchmark", "--config", str(grid)],
+                                stdout=out, stderr=out, env=env, start_new_session=True)
+    try:
+        # its first metric row: training has started, so the fit's own signal handler is in place
+        _wait_for("a metric row of seed_0", lambda: any(metric_frames(m) for m in run.glob("train/version_0/metrics.csv")),
+                  proc, log)
+        os.kill(proc.pid, signum)  # the launcher alone, not its process group
+        try:
+            code = proc.wait(timeout=240)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the launcher did not end after {signal.Signals(signum).name}") from None
+        said = log.read_text()
+        assert code == 128 + signum, said[-3000:]
+        label = "SIGINT (Ctrl-C)" if signum == signal.SIGINT else signal.Signals(signum).name
+        assert said.count("lit-marl: benchmark tiny stopped by") == 1 and "Traceback" not in said, said[-3000:]
+        assert (f"lit-marl: benchmark tiny stopped by {label}: balance/mappo/seed_0 saved its last.ckpt and stopped "
+                f"(exit 143); 1 run not started; the same command continues the grid") in said, said[-3000:]
+        with pytest.raises(ProcessLookupError):  # no process of the launch is left: no orphan trains on
+            os.killpg(proc.pid, 0)
+    finally:  # whatever is left of the launch (an orphan, when this test fails)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert "lit-marl: stopped by SIGTERM" in (run / "train.log").read_text()
+    meta = torch.load(run / "train" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)["lit_marl"]
+    assert meta["frames"] == metric_frames(run / "train" / "version_0" / "metrics.csv")[-1]  # the last iteration
+    assert not (run / "finished.json").exists() and not (run.parent / "seed_1" / "train").exists()
 
 
 def test_a_run_at_its_budget_without_finished_json_is_finished_not_failed(tmp_path, capsys):

@@ -44,4 +44,6 @@ def main(argv: list[str]) -> int:
         runs = bench.run(in_process=args.in_process)
     finally:
         torch.set_num_threads(threads)
+    if bench.stopped_by is not None:  # it has said what it stopped; exit as fit does when a signal stops it
+        return 128 + bench.stopped_by
     return 1 if any(r.status == "failed" for r in runs) else 0

@@ -32,8 +32,10 @@ interrupted ones from their newest ``last.ckpt`` (one that holds the run's ``max
 launcher stopped before it wrote ``finished.json``, which the next launch writes); the grid is checked (every
 algorithm and task exists and fits) before any run starts. ``launcher: slurm`` (or ``--launcher slurm``) with a
 ``slurm:`` mapping of settings submits the runs as one SLURM job array instead (:mod:`lit_marl.benchmark.slurm`);
-``--status`` shows each run's state. One launcher at a time per benchmark folder: a second (local or SLURM) is
-refused by name while the first lives (``launcher.lock``); ``--status`` and ``--dry_run`` only read.
+``--status`` shows each run's state. SIGTERM, SIGHUP or Ctrl-C to a local launcher stops its running fits, each
+at its next checkpoint, and says what was stopped (exit 128 + the signal's number, as ``fit``). One launcher at a
+time per benchmark folder: a second (local or SLURM) is refused by name while the first lives (``launcher.lock``);
+``--status`` and ``--dry_run`` only read.
 """
 
 from __future__ import annotations
@@ -47,9 +49,11 @@ import inspect
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -61,14 +65,16 @@ import yaml
 
 from lit_marl.algorithms.base import MarlAlgorithm
 from lit_marl.algorithms.registry import algorithms_by_name
+from lit_marl.callbacks.preemption import signal_label
 from lit_marl.checkpoint import read_checkpoint
 from lit_marl.cli import main as cli_main
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, did_you_mean, one_of, positive_int
 from lit_marl.evaluation.io import write_atomic, write_json
 from lit_marl.reading import json_kind, read_yaml
+from lit_marl.slurm.jobs import INTERRUPTED_CODES
 from lit_marl.slurm.settings import LAUNCHERS, parse_settings
-from lit_marl.utils import instantiate
+from lit_marl.utils import die_with_parent, instantiate
 
 FINISHED = "finished.json"
 RUN_CONFIG = "run_config.yaml"
@@ -86,7 +92,7 @@ class Run:
     seed: int
     folder: Path
     config: dict[str, Any]
-    status: str = "pending"  # pending → finished | skipped | failed
+    status: str = "pending"  # pending → finished | skipped | failed | interrupted (its launcher was stopped)
     resumed_from: Path | None = None
     seconds: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
@@ -202,6 +208,8 @@ class Benchmark:
     def __init__(self, path: str | os.PathLike, parallel: int | None = None, output_dir: str | None = None,
                  launcher: str | None = None) -> None:
         self.path = Path(path)
+        #: the signal that stopped the last local launch (:meth:`run`), or None
+        self.stopped_by: int | None = None
         grid = _read_yaml(self.path, "config")
         unknown = set(grid) - set(GRID_KEYS)
         if unknown:
@@ -341,6 +349,7 @@ class Benchmark:
             return self._run(log, in_process)
 
     def _run(self, log, in_process: bool) -> list[Run]:
+        self.stopped_by = None
         for run in self.runs:
             self.prepare(run)
         todo = [r for r in self.runs if r.status == "pending"]
@@ -355,28 +364,13 @@ class Benchmark:
         python_path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONPATH": python_path}
         running: list[tuple[Run, subprocess.Popen, float, Any]] = []
-        while todo or running:
-            while todo and (in_process or len(running) < self.parallel):
-                run = todo.pop(0)
-                log(f"  {'resume' if run.resumed_from else 'start '} {run.name}")
-                if in_process:
-                    start = time.perf_counter()
-                    run.info["started"] = time.time()
-                    self._finish(run, _fit_in_process(self.command(run)[3:]), time.perf_counter() - start, log)
-                    continue
-                out = open(run.folder / "train.log", "a")
-                proc = subprocess.Popen(self.command(run), stdout=out, stderr=subprocess.STDOUT, env=env)
-                running.append((run, proc, time.perf_counter(), out))
-                run.info["started"] = time.time()
-            if running:
-                time.sleep(0.2)
-            for item in list(running):
-                run, proc, start, out = item
-                if proc.poll() is None:
-                    continue
-                running.remove(item)
-                out.close()
-                self._finish(run, proc.returncode, time.perf_counter() - start, log)
+        received: list[int] = []  # a fit in this process (in_process) handles the signals itself
+        with _caught(() if in_process else STOP_SIGNALS, received):
+            while (todo or running) and not received:
+                self._step(todo, running, env, log, in_process, received)
+            if received:
+                self._stop(running, todo, received)
+                return self.runs
         for run in self.runs:
             if run.status == "skipped":
                 run.info = final_metrics(run.folder)
@@ -384,6 +378,100 @@ class Benchmark:
         write_atomic(self.root / "summary.md", table, overwrite=True)  # derived from the run folders
         log(table)
         return self.runs
+
+    def _step(self, todo: list[Run], running: list[tuple[Run, subprocess.Popen, float, Any]], env: dict[str, str],
+              log, in_process: bool, received: list[int]) -> None:
+        """Start what may start, then record the runs that ended."""
+        while todo and not received and (in_process or len(running) < self.parallel):
+            run = todo.pop(0)
+            log(f"  {'resume' if run.resumed_from else 'start '} {run.name}")
+            if in_process:
+                start = time.perf_counter()
+                run.info["started"] = time.time()
+                self._finish(run, _fit_in_process(self.command(run)[3:]), time.perf_counter() - start, log)
+                continue
+            out = open(run.folder / "train.log", "a")
+            # die_with_parent: a launcher killed outright (SIGKILL) still stops its runs, each at its checkpoint
+            proc = subprocess.Popen(self.command(run), stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    preexec_fn=die_with_parent)
+            running.append((run, proc, time.perf_counter(), out))
+            run.info["started"] = time.time()
+        if running:
+            time.sleep(0.2)
+        for item in list(running):
+            run, proc, start, out = item
+            if proc.poll() is None:
+                continue
+            running.remove(item)
+            out.close()
+            self._finish(run, proc.returncode, time.perf_counter() - start, log)
+
+    def _stop(self, running: list[tuple[Run, subprocess.Popen, float, Any]], todo: list[Run],
+              received: list[int]) -> None:
+        """The launcher got SIGTERM, SIGHUP or SIGINT (``received``): ask each running fit to stop (SIGTERM: it
+        finishes its iteration, saves ``last.ckpt`` and exits 143, or 130 after a Ctrl-C of its own), wait for them
+        (a second signal kills them at once: their checkpoints on disk are whole), say in one line what was stopped
+        and set :attr:`stopped_by` (``lit-marl benchmark`` exits 128 + its number, as ``fit`` does). Killed with
+        the launcher, they trained on as orphans."""
+        self.stopped_by = received[0]
+        for _, proc, _, _ in running:
+            proc.send_signal(signal.SIGTERM)
+        killed = False
+        while any(proc.poll() is None for _, proc, _, _ in running):
+            if len(received) > 1 and not killed:
+                for _, proc, _, _ in running:
+                    if proc.poll() is None:
+                        proc.kill()
+                killed = True
+            time.sleep(0.2)
+        stopped = []
+        for run, proc, start, out in running:
+            out.close()
+            code = proc.returncode
+            if code == 0:  # it ended on its own meanwhile
+                self._finish(run, code, time.perf_counter() - start, lambda line: None)
+            else:
+                run.status = "interrupted" if code in INTERRUPTED_CODES else "failed"
+            stopped.append(f"{run.name} {_stopped(code)}")
+        left = f"{len(todo)} run{'s' if len(todo) != 1 else ''} not started"
+        print(f"lit-marl: benchmark {self.name} stopped by {signal_label(self.stopped_by)}: "
+              f"{'; '.join(stopped) or 'no run was running'}; {left}; the same command continues the grid (finished "
+              f"runs are skipped, interrupted ones resume from their last.ckpt)", file=sys.stderr, flush=True)
+
+
+#: what stops a local launch (:meth:`Benchmark._stop`); SIGUSR1 stays SLURM's, for ``fit`` itself
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+@contextlib.contextmanager
+def _caught(signals: tuple[int, ...], received: list[int]) -> Iterator[None]:
+    """While in the block, each of ``signals`` (in the main thread; elsewhere none can be caught) is appended to
+    ``received`` instead of acting: the launcher's loop reads it between two polls of its runs."""
+    if threading.current_thread() is not threading.main_thread():
+        signals = ()
+    previous = {signum: signal.getsignal(signum) for signum in signals}
+    for signum in signals:
+        signal.signal(signum, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
+def _stopped(code: int) -> str:
+    """What a run's fit did when its launcher stopped it, from its exit code (``lit-marl fit``'s codes)."""
+    if code == 0:
+        return "had finished"
+    if code in (128 + signal.SIGTERM, 128 + signal.SIGUSR1):
+        return f"saved its last.ckpt and stopped (exit {code})"
+    if code == 128 + signal.SIGINT:
+        return f"stopped by Ctrl-C (exit {code}; its checkpoints on disk are whole)"
+    if code == -signal.SIGKILL:
+        return "was killed by a second signal (its checkpoints on disk are whole)"
+    if code < 0:
+        return f"ended by {signal.Signals(-code).name} outside its training loop, with nothing to save (exit {code})"
+    return f"FAILED (exit {code}; see its train.log)"
 
 
 @contextlib.contextmanager
