@@ -17,7 +17,8 @@ from lit_marl import __version__
 from lit_marl.errors import CheckpointError, ConfigError
 from lit_marl.reading import looks_like_json
 from lit_marl.sidecars import (BUFFERS_STATE, SidecarLinks, atomic_torch_save, buffers_meta, buffers_token,
-                               damaged_sidecar, rank_buffers, save_buffers_per_process, sidecar_path, sidecar_paths)
+                               damage, damaged_sidecar, rank_buffers, save_buffers_per_process, sidecar_path,
+                               sidecar_paths)
 from lit_marl.utils import rng_state
 
 #: version of the ``checkpoint["lit_marl"]`` layout (3: a centralised shared network with agent ids reads the joint
@@ -79,6 +80,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             checkpoint = super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
         except _LOAD_ERRORS as err:
             raise CheckpointError(_unreadable(path, err)) from None
+        _refuse_damaged(Path(path))
         meta = checkpoint.get("lit_marl", {})
         token = meta.pop("replay_buffers_sidecar", None)
         if token is not None:
@@ -130,6 +132,17 @@ def _unreadable(path, err: BaseException, sidecar: Path | None = None) -> str:
             f"allowed: a complete file written by lit-marl (loadable with torch.load(weights_only=True))")
 
 
+def _refuse_damaged(path: Path) -> None:
+    """Refuse a checkpoint that ``torch.load`` read, but whose bytes changed on disk: it checks no CRC, so bytes
+    changed inside a tensor load as other weights. A zip archive's members are checked against their CRC-32s (the
+    file is small beside its replay buffers: :func:`~lit_marl.sidecars.damage`); an older, non-zip file cannot be."""
+    problem = damage(path) if zipfile.is_zipfile(path) else None
+    if problem is not None:
+        raise CheckpointError(
+            f"ckpt_path: {str(path)!r} is damaged: {problem}; nothing was loaded. Allowed: an earlier checkpoint of "
+            f"the run whose bytes are whole (another *.ckpt in {str(path.parent)!r}), or a new run")
+
+
 def _checked_sidecar(path: Path, token: str, verify: bool = False) -> Path:
     """The replay-buffer sidecar a checkpoint names; refused if it is missing or is not a complete zip archive
     (``torch.save``'s format; the check reads only the archive's directory at its end), and with ``verify`` if any
@@ -162,6 +175,7 @@ def read_checkpoint(path: str | os.PathLike, verify_buffers: bool = False) -> di
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except _LOAD_ERRORS as err:
         raise CheckpointError(_unreadable(path, err)) from None
+    _refuse_damaged(path)
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("lit_marl"), dict):
         raise CheckpointError(
             f"ckpt_path: {str(path)!r} is not a lit-marl checkpoint (no 'lit_marl' entry); allowed: a checkpoint "

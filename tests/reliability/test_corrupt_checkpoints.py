@@ -80,6 +80,18 @@ def test_random_bytes_and_foreign_files_are_refused(capsys, trained, tmp_path):
     _resume(capsys, trained, tmp_path, "does not exist (or is not a file)")
 
 
+def test_bytes_changed_inside_a_checkpoint_are_refused(capsys, trained, tmp_path):
+    """Issue 48: bytes changed inside a weight's member pass torch.load(weights_only=True), as other weights; its
+    CRC-32 does not match."""
+    damaged = tmp_path / "damaged.ckpt"
+    damaged.write_bytes(_bytes_inside(trained[1].read_bytes()))
+    torch.load(damaged, weights_only=True)  # what torch.load alone lets through
+    for load in (read_checkpoint, AtomicCheckpointIO().load_checkpoint):
+        with pytest.raises(CheckpointError, match=r"damaged.ckpt' is damaged: its member .* fails its CRC-32 check"):
+            load(damaged)
+    _resume(capsys, trained, damaged, "damaged.ckpt' is damaged", "an earlier checkpoint of the run")
+
+
 def _edited(trained, tmp_path, edit) -> Path:
     checkpoint = torch.load(trained[1], weights_only=True)
     edit(checkpoint)
@@ -149,7 +161,8 @@ def _bytes_inside(data: bytes, seed: int = 0) -> bytes:
     """Up to 4 KiB of random bytes written over the largest tensor of a ``torch.save`` archive: its zip headers stay
     whole, so it passes ``zipfile.is_zipfile`` and ``torch.load(weights_only=True)``, with other values."""
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        member = max(archive.infolist(), key=lambda info: info.file_size)
+        member = max((info for info in archive.infolist() if "/data/" in info.filename),  # a tensor's bytes
+                     key=lambda info: info.file_size)
     header = member.header_offset  # a local header: 30 bytes, then the name and the extra field, then the data
     start = header + 30 + int.from_bytes(data[header + 26:header + 28], "little") + \
         int.from_bytes(data[header + 28:header + 30], "little")
