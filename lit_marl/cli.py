@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+import yaml
 from jsonargparse import Namespace
 from lightning.pytorch.accelerators import CUDAAccelerator, MPSAccelerator, XLAAccelerator
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -45,7 +46,7 @@ from lit_marl.cli_errors import LitMarlArgumentParser, find_cause
 from lit_marl.distributed import check_shares, check_strategy
 from lit_marl.envs.base import Task
 from lit_marl.errors import ConfigError, NumericalError, check_gradient_clipping, did_you_mean
-from lit_marl.reading import read_text
+from lit_marl.reading import DuplicateKeyError, load_yaml, read_text, twice
 from lit_marl.callbacks import EvaluationReport
 from lit_marl.run_folders import (
     DEFAULT_LOGGER,
@@ -364,7 +365,7 @@ def check_accelerator(accelerator: Any) -> None:
 def check_command_line(argv: list[str]) -> None:
     """What LightningCLI's parser would answer with a traceback or with its three commands only: a command lit-marl
     does not have (every command is offered, with the closest), and a ``--config`` file that is not text (a
-    checkpoint, binary data), a folder or missing (refused by name, as every input file is)."""
+    checkpoint, binary data), a folder, missing, or has a key twice (refused by name, as every input file is)."""
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
         raise ConfigError(f"command {argv[0]!r} is not one of lit-marl's; {did_you_mean(argv[0], COMMANDS)}allowed: "
                           f"{', '.join(COMMANDS)} (lit-marl --help)")
@@ -372,7 +373,14 @@ def check_command_line(argv: list[str]) -> None:
         path = argv[i + 1] if arg == "--config" and i + 1 < len(argv) else arg.partition("=")[2] \
             if arg.startswith("--config=") else None
         if path:
-            read_text(path, "--config", "a lit-marl config YAML (configs/<name>.yaml, or a run's config.yaml)", "YAML")
+            allowed = "a lit-marl config YAML (configs/<name>.yaml, or a run's config.yaml)"
+            text = read_text(path, "--config", allowed, "YAML")
+            try:  # jsonargparse's YAML reading keeps the last of a key given twice, silently
+                load_yaml(text)
+            except DuplicateKeyError as err:
+                raise twice("--config", path, err, allowed) from None
+            except yaml.YAMLError:
+                pass  # not YAML: the parser names it
 
 
 def _run(args: list[str] | None) -> None:

@@ -76,6 +76,12 @@ def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
+def twice(what: str, path: str | os.PathLike, err: DuplicateKeyError, allowed: str) -> ConfigError:
+    """The refusal of a YAML file with a key given twice (:class:`StrictLoader`)."""
+    return refused(what, path, f"a YAML file with {err.problem}: YAML keeps only the last, silently",
+                   f"each key once, in {allowed}")
+
+
 def refused(what: str, path: str | os.PathLike, problem: str, allowed: str) -> ConfigError:
     """``<what> '<path>' is <problem>; allowed: <allowed>``, e.g. ``compare: eval_info 'a.json' is empty; …``."""
     return ConfigError(f"{what} {str(path)!r} is {problem}; allowed: {allowed}")
@@ -172,8 +178,7 @@ def read_yaml(path: str | os.PathLike, what: str, allowed: str, shape: Shape | N
     try:
         data = load_yaml(text)
     except DuplicateKeyError as err:
-        raise refused(what, path, f"a YAML file with {err.problem}: YAML keeps only the last, silently",
-                      f"each key once, in {allowed}") from None
+        raise twice(what, path, err, allowed) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

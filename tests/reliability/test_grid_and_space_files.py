@@ -109,3 +109,13 @@ def test_a_key_given_twice_in_a_search_space_is_refused(tmp_path, capsys):
     err = _refused(capsys, ["tune", "--config", str(ROOT / "configs" / "quickstart.yaml"), "--space", str(space),
                             "--dry_run", "--out", str(tmp_path / "study")])
     assert f"space: {str(space)!r} is a YAML file with the key 'space.model.init_args.lr' twice (lines 2 and 3)" in err
+
+
+def test_a_key_given_twice_in_a_fit_config_is_refused(tmp_path, capsys):
+    """jsonargparse reads a config as PyYAML does: the second ``lr:`` would win, silently."""
+    config = tiny_balance(tmp_path / "tiny.yaml")
+    config.write_text(config.read_text().replace("model:\n", "model:\n  class_path: lit_marl.algorithms.IPPO\n", 1))
+    at = config.read_text().splitlines().index("model:") + 2  # the line of the first class_path (1-based)
+    err = _refused(capsys, ["fit", "--config", str(config), "--print_config"])
+    assert (f"--config {str(config)!r} is a YAML file with the key 'model.class_path' twice (lines {at} and "
+            f"{at + 1}): YAML keeps only the last, silently") in err, err
