@@ -2,7 +2,7 @@
 (:class:`~lit_marl.checkpoint.AtomicCheckpointIO` names it), one per process under DDP (each process writes its own);
 each written atomically, and a checkpoint of the same state as the one saved before it gets a hard link to that
 file instead of a second copy (:class:`SidecarLinks`). Each is checked against its archive's CRC-32s before it is
-loaded (:func:`refuse_damaged`): ``torch.load`` checks none, so bytes changed on disk would load as other replay
+loaded (:func:`damaged_sidecar`): ``torch.load`` checks none, so bytes changed on disk would load as other replay
 values; a hard link is one file under two names, so the refusal names both."""
 
 from __future__ import annotations
