@@ -38,7 +38,7 @@ from lightning.pytorch.cli import LightningCLI
 from typing_extensions import override
 
 from lit_marl.algorithms.base import MarlAlgorithm
-from lit_marl.callbacks.preemption import Interrupts
+from lit_marl.callbacks.preemption import Interrupts, signal_label
 from lit_marl.checkpoint import (LIGHTNING_CKPT_ALIASES, check_compatible, check_group_map, check_state_dict,
                                  fold_constant_agent_ids, read_checkpoint, refuse_training_on_folded)
 from lit_marl.cli_args import merge_simulator_kwargs
@@ -59,7 +59,8 @@ from lit_marl.run_folders import (
     remove_unused_run_folders,
     unversioned_run_folder_logger,
 )
-from lit_marl.sigint import exit_interrupted, forget_caught_interrupt
+from lit_marl.sigint import (Terminated, Terminations, exit_interrupted, exit_terminated, forget_caught_interrupt,
+                             raise_on_termination, restore)
 from lit_marl.utils import instantiate
 
 TRAINER_DEFAULTS: dict[str, Any] = {
@@ -298,27 +299,38 @@ def main(args: list[str] | None = None) -> None:
     # Lightning 2.6 on torch 2.13 warns about its own pytree use at every fit; nothing a user can act on.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     Interrupts.reset()
+    Terminations.reset()
     NEW_RUN_FOLDERS.clear()
     previous = _count_interrupts()
+    terminations = raise_on_termination()
+    argv = sys.argv[1:] if args is None else list(args)
     try:
         _run(args)
+    except Terminated as err:
+        restore(terminations)
+        terminations = {}
+        exit_terminated(err.signum, f"lit-marl: stopped by {signal_label(err.signum)}; "
+                                    f"{what_was_left(argv[0] if argv else '')}")
     except BaseException as err:
         if Interrupts.count and not (isinstance(err, SystemExit) and err.code in (0, None, EXIT_INTERRUPTED)):
             # Ctrl-C outside training, or a second one: whatever it surfaced as (Lightning's exit 1, an error
             # from inside torchrl), the user pressed Ctrl-C
-            argv = sys.argv[1:] if args is None else list(args)
-            exit_interrupted(f"lit-marl: stopped by Ctrl-C; {checkpoints_after_ctrl_c(argv[0] if argv else '')}")
+            exit_interrupted(f"lit-marl: stopped by Ctrl-C; {what_was_left(argv[0] if argv else '')}")
         raise
     finally:
+        restore(terminations)
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
         if Interrupts.count:  # a press some library caught: the exit code chosen stands (130 after training stops)
             forget_caught_interrupt()
 
 
-def checkpoints_after_ctrl_c(command: str) -> str:
-    """What a Ctrl-C left on disk, truly: the checkpoint this process wrote as it stopped, else the run's last one;
-    for ``benchmark`` and ``tune``, whose runs checkpoint in processes of their own, how to continue them."""
+def what_was_left(command: str) -> str:
+    """What a Ctrl-C, SIGTERM or SIGHUP left on disk, truly: the checkpoint this process wrote as it stopped, else the
+    run's last one; for ``benchmark`` and ``tune``, whose runs checkpoint in processes of their own, how to continue
+    them; for ``validate`` and ``test``, that their results were not written."""
+    if command in ("validate", "test"):
+        return f"the {command} did not finish and its results were not written; run it again"
     if command == "benchmark":
         return ("every run's checkpoints on disk are whole; the same command continues the grid (finished runs are "
                 "skipped, interrupted ones resume from their last.ckpt)")
@@ -427,6 +439,9 @@ def _run(args: list[str] | None) -> None:
     if isinstance(model, MarlAlgorithm) and model.stopped_by_signal is not None:
         # the callback that saved last.ckpt has said so, and how to resume, once (lit_marl/callbacks/preemption.py)
         raise SystemExit(128 + model.stopped_by_signal)
+    if Terminations.late is not None:
+        exit_terminated(Terminations.late, f"lit-marl: received {signal_label(Terminations.late)} after training "
+                                           f"ended; the run is complete: {what_was_left('fit')}")
 
 
 #: exit codes of ``lit-marl`` (README, "Reliability"): 0 done, 1 unexpected error (a bug: traceback),

@@ -318,16 +318,16 @@ def test_a_ctrl_c_says_the_true_state_of_the_checkpoints(tmp_path, monkeypatch):
     """Issue 34: Ctrl-C on benchmark and tune said 'no checkpoint of this run was written' while runs had their
     last.ckpt; so did fit when the signal came outside training after checkpoints were written."""
     from lit_marl.callbacks.preemption import Interrupts
-    from lit_marl.cli import checkpoints_after_ctrl_c
+    from lit_marl.cli import what_was_left
 
     Interrupts.reset()
     monkeypatch.setattr("lit_marl.cli.NEW_RUN_FOLDERS", [tmp_path / "version_0"])
-    assert "the same command continues the grid" in checkpoints_after_ctrl_c("benchmark")
-    assert "the same command continues it" in checkpoints_after_ctrl_c("tune")
-    assert checkpoints_after_ctrl_c("fit") == "no checkpoint of this run was written"
+    assert "the same command continues the grid" in what_was_left("benchmark")
+    assert "the same command continues it" in what_was_left("tune")
+    assert what_was_left("fit") == "no checkpoint of this run was written"
     (tmp_path / "version_0" / "checkpoints").mkdir(parents=True)
     (tmp_path / "version_0" / "checkpoints" / "last.ckpt").write_bytes(b"x")
-    said = checkpoints_after_ctrl_c("fit")
+    said = what_was_left("fit")
     assert said.startswith("the last checkpoint, ") and said.endswith(str(tmp_path / "version_0" / "checkpoints" /
                                                                           "last.ckpt"))
 

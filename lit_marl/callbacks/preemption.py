@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from lit_marl.lightning_adapter import adopt_last_checkpoint, last_checkpoint_is_current, take_pending_sigterm
+from lit_marl.sigint import Terminations
 
 
 class Interrupts:
@@ -52,15 +53,23 @@ class PreemptionCheckpoint(Checkpoint):
     final) and after ``ModelCheckpoint``'s.
     """
 
-    #: signals that make ``fit`` save a checkpoint at the end of the current iteration and stop
-    STOP_SIGNALS: tuple[int, ...] = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+    #: signals that make ``fit`` save a checkpoint at the end of the current iteration and stop (SIGHUP: the terminal
+    #: that started the run was closed)
+    STOP_SIGNALS: tuple[int, ...] = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP)
+    #: of those, the ones whose handlers this callback restores (Lightning restores SIGTERM's and SIGUSR1's)
+    RESTORED: tuple[int, ...] = (signal.SIGINT, signal.SIGHUP)
 
     def __init__(self) -> None:
         self.received: int | None = None
-        self._previous_sigint = None
+        self._previous: dict[int, object] = {}
         #: the signal that stopped the last ``fit`` (after saving ``signal_checkpoint``), or None
         self.stopped_by_signal: int | None = None
         self.signal_checkpoint: str | None = None
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit":  # SIGTERM/SIGHUP from here on are this run's to act on (lit_marl/sigint.py)
+            Terminations.deferred = True
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -68,8 +77,9 @@ class PreemptionCheckpoint(Checkpoint):
         self.received = None
         if threading.current_thread() is not threading.main_thread():
             return
-        if take_pending_sigterm(trainer):  # arrived before training started
-            self.received = signal.SIGTERM
+        pending = Terminations.take()
+        if take_pending_sigterm(trainer) or pending is not None:  # arrived before training started
+            self.received = pending or signal.SIGTERM
         elif Interrupts.count > Interrupts.handled:
             # a Ctrl-C during start-up (restoring a checkpoint, building envs) whose KeyboardInterrupt some library
             # caught and dropped: the run would otherwise train to its end as if it had not been pressed
@@ -90,7 +100,7 @@ class PreemptionCheckpoint(Checkpoint):
                 rank_zero_info(f"\nlit-marl: received {signal_label(signum)}; finishing iteration "
                                f"{pl_module.iteration + 1}, saving last.ckpt, then stopping{again}")
 
-        self._previous_sigint = signal.getsignal(signal.SIGINT)
+        self._previous = {signum: signal.getsignal(signum) for signum in self.RESTORED}
         for signum in self.STOP_SIGNALS:
             signal.signal(signum, handler)
 
@@ -114,9 +124,18 @@ class PreemptionCheckpoint(Checkpoint):
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         Interrupts.handled = Interrupts.count
-        if self._previous_sigint is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, self._previous_sigint)
-        self._previous_sigint = None
+        if stage != "fit":
+            return
+        Terminations.deferred = False
+        late = Terminations.take()  # before training started, with nothing run to take it (an error ended the fit)
+        if self.received is not None and self.stopped_by_signal is None:
+            late = self.received  # after the last iteration's end: nothing read it
+        if late is not None and late != signal.SIGINT:  # a late Ctrl-C is counted by the CLI as ever
+            Terminations.late = late
+        if threading.current_thread() is threading.main_thread():
+            for signum, previous in self._previous.items():
+                signal.signal(signum, previous)
+        self._previous = {}
 
     @staticmethod
     def _save_last(trainer: pl.Trainer) -> Path:
