@@ -24,7 +24,6 @@ import errno
 import importlib
 import signal
 import sys
-import threading
 import warnings
 from pathlib import Path
 from typing import Any, Literal
@@ -59,6 +58,7 @@ from lit_marl.run_folders import (
     remove_unused_run_folders,
     unversioned_run_folder_logger,
 )
+from lit_marl.cli_signals import count_interrupts, what_was_left
 from lit_marl.sigint import (Terminated, Terminations, exit_interrupted, exit_terminated, forget_caught_interrupt,
                              raise_on_termination, restore)
 from lit_marl.utils import instantiate
@@ -301,7 +301,7 @@ def main(args: list[str] | None = None) -> None:
     Interrupts.reset()
     Terminations.reset()
     NEW_RUN_FOLDERS.clear()
-    previous = _count_interrupts()
+    previous = count_interrupts()
     terminations = raise_on_termination()
     argv = sys.argv[1:] if args is None else list(args)
     try:
@@ -323,41 +323,6 @@ def main(args: list[str] | None = None) -> None:
             signal.signal(signal.SIGINT, previous)
         if Interrupts.count:  # a press some library caught: the exit code chosen stands (130 after training stops)
             forget_caught_interrupt()
-
-
-def what_was_left(command: str) -> str:
-    """What a Ctrl-C, SIGTERM or SIGHUP left on disk, truly: the checkpoint this process wrote as it stopped, else the
-    run's last one; for ``benchmark`` and ``tune``, whose runs checkpoint in processes of their own, how to continue
-    them; for ``validate`` and ``test``, that their results were not written."""
-    if command in ("validate", "test"):
-        return f"the {command} did not finish and its results were not written; run it again"
-    if command == "benchmark":
-        return ("every run's checkpoints on disk are whole; the same command continues the grid (finished runs are "
-                "skipped, interrupted ones resume from their last.ckpt)")
-    if command == "tune":
-        return "the study's journal is whole and its running trials were queued again; the same command continues it"
-    last = Interrupts.checkpoint
-    if last is None:
-        found = [folder / "checkpoints" / "last.ckpt" for folder in NEW_RUN_FOLDERS]
-        last = next((str(path) for path in found if path.is_file()), None)
-    if last is None:
-        return "no checkpoint of this run was written"
-    return f"the last checkpoint, {last}, is whole; resume with --ckpt_path {last}"
-
-
-def _count_interrupts():
-    """Count Ctrl-Cs for :func:`main` (a SIGINT still raises KeyboardInterrupt, as Python's default does; in
-    training :class:`PreemptionCheckpoint` handles it instead); returns the handler to restore, or None."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def handler(signum, frame):
-        Interrupts.count += 1
-        raise KeyboardInterrupt
-
-    previous = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, handler)
-    return previous
 
 
 def check_accelerator(accelerator: Any) -> None:
