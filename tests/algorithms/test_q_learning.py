@@ -10,7 +10,6 @@ from torchrl.modules import QMixer
 
 from lit_marl.algorithms import IQL, MAPPO, QMIX, VDN
 from lit_marl.algorithms.q_learning import RunningMoments
-from lit_marl.data.evaluator import episode_returns
 from lit_marl.errors import ConfigError
 from lit_marl.models import Mlp
 from tests.helpers.tiny import tiny_task, tiny_trainer
@@ -90,24 +89,29 @@ def test_bad_q_learning_argument_names_field():
 @pytest.mark.learning  # ~40 s each on two cores: CI runs it after the default suite
 @pytest.mark.parametrize("algorithm", [IQL, VDN, QMIX])
 def test_value_based_algorithms_learn_navigation(algorithm):
-    # Measured (seed 0): IQL -2.83 -> 1.43, VDN -2.83 -> 1.51, QMIX -2.83 -> 0.93 after 54k frames (~20 s each).
+    """VMAS navigation, discrete: standing still (action 0) scores exactly 0 (the reward is the change of distance to
+    the goal) and the untrained greedy policy -2.83, so the rise is measured from the better of the two
+    (tests/helpers/trivial.py): a Q-network collapsed onto "stay" gains nothing here. The untrained policy is also what
+    a frozen one scores: the evaluation episodes are seeded.
+
+    Measured (seed 0, 54k frames): IQL -2.83 -> 1.43, VDN -2.83 -> 1.51, QMIX -2.83 -> 0.93: +1.43, +1.51, +0.93
+    above doing nothing, against a margin of 0.5."""
     from lit_marl.envs import VmasTask
+    from tests.helpers.trivial import do_nothing_return, mean_return
 
     pl.seed_everything(0)
     task = VmasTask("navigation", max_steps=50, continuous_actions=False, n_agents=2)
     model = algorithm(task, actor_model=Mlp([64, 64]), frames_per_batch=3000, num_envs=60, n_optimizer_steps=150,
                       train_batch_size=256, memory_size=100_000, lr=3e-4, max_frames=54_000,
                       exploration_anneal_frames=27_000)
-
-    def mean_return() -> float:
-        return episode_returns(model.groups, model.evaluate(seed=12345, num_envs=50))["agents"].mean().item()
-
-    before = mean_return()
+    before, nothing = mean_return(model), do_nothing_return(model)
     pl.Trainer(max_epochs=-1, gradient_clip_val=5.0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                enable_model_summary=False, limit_val_batches=0).fit(model)
-    after = mean_return()
-    print(f"{algorithm.__name__}: mean evaluation return {before:.2f} -> {after:.2f} after {model.frames} frames")
-    assert after - before >= 2.0
+    after = mean_return(model)
+    print(f"{algorithm.__name__}: mean evaluation return {before:.2f} -> {after:.2f} after {model.frames} frames "
+          f"(doing nothing: {nothing:.2f})")
+    assert nothing == 0.0  # what makes this task a test of learning: no reward for standing still
+    assert after - max(before, nothing) >= 0.5
 
 
 def test_qmix_mixer_reads_the_global_state_where_the_task_has_one():

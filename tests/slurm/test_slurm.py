@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import optuna
@@ -27,6 +26,7 @@ from lit_marl.slurm.jobs import queued, read_jobs, wait_for
 from lit_marl.tune.journal import journal_storage
 from lit_marl.tune.study import JOURNAL, STUDY_NAME
 from tests.helpers.runs import metric_frames, tiny_balance, tiny_grid
+from tests.helpers.waiting import wait_until
 from tests.tune.test_tune import _tiny_study_files
 
 pytestmark = pytest.mark.slurm
@@ -53,13 +53,6 @@ def _slurm_grid(tmp_path: Path, name: str, slurm: dict, callbacks: list, **chang
     grid["overrides"]["trainer.callbacks"] = callbacks
     path.write_text(yaml.safe_dump(grid))
     return path, tmp_path / "bench" / name
-
-
-def _wait_until(condition, timeout: float, what: str) -> None:
-    deadline = time.time() + timeout
-    while not condition():
-        assert time.time() < deadline, f"waited {timeout} s for {what}"
-        time.sleep(0.5)
 
 
 def test_a_grid_runs_as_one_job_array_and_reads_like_a_local_one(tmp_path, capsys):
@@ -115,7 +108,7 @@ def test_a_cancelled_and_a_killed_run_resume_when_the_grid_is_submitted_again(tm
     main(["benchmark", "--config", str(grid)])
     cancelled, killed = root / "balance" / "mappo" / "seed_0", root / "balance" / "mappo" / "seed_1"
     first = {run: run / "train" / "version_0" / "checkpoints" / "last.ckpt" for run in (cancelled, killed)}
-    _wait_until(lambda: all(p.is_file() for p in first.values()), 180, "a last.ckpt in both runs")
+    wait_until(lambda: all(p.is_file() for p in first.values()), "a last.ckpt in both runs", timeout=180)
     jobs = read_jobs(root)
     subprocess.run(["scancel", jobs["balance/mappo/seed_0"]["job_id"]], check=True)  # SIGTERM: a checkpoint
     os.kill(_fit_pid(killed / "run_config.yaml"), signal.SIGKILL)  # no warning: the periodic last.ckpt
@@ -177,8 +170,8 @@ def test_a_study_with_two_slurm_workers_survives_a_cancelled_worker_and_writes_a
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         worker_log = study_dir / "workers" / "worker_0.log"
-        _wait_until(lambda: worker_log.is_file() and "(worker 0)" in worker_log.read_text(), 180,
-                    "worker 0's first trial")
+        wait_until(lambda: worker_log.is_file() and "(worker 0)" in worker_log.read_text(), "worker 0's first trial",
+                   timeout=180)
         subprocess.run(["scancel", read_jobs(study_dir)["worker_0"]["job_id"]], check=True)  # mid-trial
         out, _ = proc.communicate(timeout=400)
     finally:

@@ -26,6 +26,7 @@ from lit_marl.slurm.jobs import Watched, child_env, record_jobs
 from lit_marl.slurm.settings import SlurmSettings, check_cluster, parse_settings
 from tests.helpers.tiny import ROOT
 from tests.helpers.runs import tiny_grid
+from tests.helpers.waiting import wait_until
 
 
 @pytest.mark.parametrize("data, message", [
@@ -180,10 +181,7 @@ def test_the_time_limit_signal_stops_the_process_at_its_handler_and_hands_back_a
     result = []
     thread = threading.Thread(target=lambda: result.append(task()))
     thread.start()
-    deadline = time.time() + 30
-    while task._proc is None:
-        assert time.time() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: task._proc is not None, "the task to start its process", timeout=120)
     task._proc.send_signal(signal.SIGUSR2)
     time.sleep(0.3)
     assert task._proc.poll() is None  # not killed by SIGUSR2, nor by the SIGUSR1 that comes before its handler

@@ -34,6 +34,7 @@ from lit_marl.tune.study import (  # noqa: E402
 )
 from tests.helpers.tiny import ROOT  # noqa: E402
 from tests.helpers.runs import tiny_balance  # noqa: E402
+from tests.helpers.waiting import wait_until  # noqa: E402
 
 KEYS = {"model.init_args.lr", "model.init_args.n_minibatch_iters", "model.init_args.share_policy_params"}
 LR = {"type": "log_float", "low": 1.0e-5, "high": 1.0e-3}
@@ -416,10 +417,8 @@ def test_a_study_killed_mid_trial_finishes_when_run_again(tmp_path, capsys):
     proc = subprocess.Popen([sys.executable, "-m", "lit_marl.cli", *command], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.time() + 120
-        while not list(study_dir.glob("trials/trial_0000/seed_0/train/version_0")):
-            assert proc.poll() is None and time.time() < deadline
-            time.sleep(0.1)
+        wait_until(lambda: list(study_dir.glob("trials/trial_0000/seed_0/train/version_0")), "trial 0's fit to start",
+                   process=proc)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
