@@ -239,3 +239,18 @@ def test_the_epymarl_runner_refuses_a_missing_venv_and_a_seed_it_would_overwrite
     with pytest.raises(SystemExit):
         run.main(["--out", str(tmp_path / "new"), "--venv", str(tmp_path / "venv"), "lr0.001"])
     assert "'lr0.001' is not key=value" in capsys.readouterr().err
+    # issue 48: repeated and negative seeds, and steps that are not positive, named before anything starts
+    for args, words in ((["--seeds", "0", "0"], "--seeds: [0, 0] repeats 0"), (["--seeds", "-1"], "negative seed"),
+                        (["--t-max", "0"], "--t-max: 0; allowed"), (["--time-limit", "-5"], "--time-limit: -5")):
+        with pytest.raises(SystemExit):
+            run.main(["--out", str(tmp_path / "new"), "--venv", str(tmp_path / "venv"), *args])
+        assert words in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+
+def test_the_epymarl_table_refuses_rows_every_zero_frames(tmp_path, capsys):
+    compare = _script("vs_epymarl/compare")
+    for option in ("--every", "--until", "--agents"):
+        with pytest.raises(SystemExit):
+            compare.main([str(tmp_path), option, "0"])
+        assert f"argument {option}: invalid positive integer value: '0'" in capsys.readouterr().err

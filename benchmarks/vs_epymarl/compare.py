@@ -72,13 +72,24 @@ def at(points: list[tuple[int, float]], frames: int, window: int, after: int = 5
     return sum(near) / len(near) if near else math.nan
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number above 0 (argparse names the option and the value when it raises)."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+positive_int.__name__ = "positive integer"  # what argparse's message calls the type
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("reference", type=Path, help="run.py's --out folder")
     parser.add_argument("lit_marl", type=Path, nargs="?", help="a lit-marl run or a grid's algorithm folder")
-    parser.add_argument("--agents", type=int, default=2)
-    parser.add_argument("--every", type=int, default=250_000, help="frames between printed rows")
-    parser.add_argument("--until", type=int, default=2_000_000)
+    parser.add_argument("--agents", type=positive_int, default=2)
+    parser.add_argument("--every", type=positive_int, default=250_000, help="frames between printed rows")
+    parser.add_argument("--until", type=positive_int, default=2_000_000)
     args = parser.parse_args(argv)
     n = args.agents
     sides = [("EPyMARL ref", reference_curves(args.reference),

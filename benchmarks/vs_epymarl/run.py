@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--key", default="lbforaging:Foraging-8x8-2p-2f-coop-v3", help="the gymma environment key")
     parser.add_argument("--time-limit", type=int, default=50, help="episode steps (LBF 50, RWARE 500)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--t-max", type=int, default=2_050_000, help="environment steps (EPyMARL's off-policy 2.05M)")
+    parser.add_argument("--t-max", type=int, default=2_050_000,
+                        help="environment steps (EPyMARL's off-policy 2.05M)")
     parser.add_argument("--out", type=Path, required=True, help="a new folder for the runs")
     parser.add_argument("--venv", type=Path, default=ROOT / ".venv-epymarl")
     parser.add_argument("--time-limit-terminal", action="store_true",
@@ -73,6 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     python = args.venv / "bin" / "python"
     if not python.exists():
         parser.error(f"--venv: {args.venv} has no bin/python; run bash benchmarks/vs_epymarl/setup.sh first")
+    for option, value in (("--time-limit", args.time_limit), ("--t-max", args.t_max)):
+        if value < 1:
+            parser.error(f"{option}: {value}; allowed: a positive number of steps")
+    repeated = sorted({s for s in args.seeds if args.seeds.count(s) > 1})
+    if repeated or min(args.seeds) < 0:
+        parser.error(f"--seeds: {args.seeds} " + (f"repeats {repeated[0]} (two runs would share seed_{repeated[0]}/)"
+                                                  if repeated else "has a negative seed")
+                     + "; allowed: distinct seeds >= 0")
     bad = [o for o in args.overrides if "=" not in o]
     if bad:
         parser.error(f"overrides: {bad[0]!r} is not key=value")
