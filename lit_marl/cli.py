@@ -40,7 +40,7 @@ from lit_marl.algorithms.base import MarlAlgorithm
 from lit_marl.callbacks.preemption import Interrupts, signal_label
 from lit_marl.checkpoint import (LIGHTNING_CKPT_ALIASES, check_compatible, check_group_map, check_state_dict,
                                  fold_constant_agent_ids, read_checkpoint, refuse_training_on_folded)
-from lit_marl.cli_args import merge_simulator_kwargs
+from lit_marl.cli_args import check_numbers, merge_simulator_kwargs
 from lit_marl.cli_errors import LitMarlArgumentParser, find_cause
 from lit_marl.distributed import check_shares, check_strategy
 from lit_marl.envs.base import Task
@@ -135,7 +135,8 @@ class LitMarlCLI(LightningCLI):
         config is validated: a CSV or TensorBoard logger without a save_dir (the shipped configs') would not
         validate."""
         if isinstance(args, (dict, Namespace)):
-            return super().parse_arguments(parser, args)
+            super().parse_arguments(parser, args)
+            return check_numbers(self.config.get(self.config.get("subcommand")) or self.config)
         #: lines about the command line's simulator arguments, printed once the config has built (not before a
         #: refusal of the same arguments)
         self._notices: list[str] = []
@@ -147,6 +148,7 @@ class LitMarlCLI(LightningCLI):
             parser.validate(config)
         except (TypeError, KeyError) as err:  # as parse_args reports them
             parser.error(str(err), err)
+        check_numbers(config[subcommand] if subcommand else config)  # Lightning's numbers, before the seed is set
         self.config = config
 
     @override

@@ -1,14 +1,18 @@
 """Command-line arguments lit-marl reads before jsonargparse does: a task's simulator arguments given on the command
-line are merged into the config file's dict instead of replacing it."""
+line are merged into the config file's dict instead of replacing it. And the numbers of Lightning's own settings
+(Trainer, ModelCheckpoint), checked by name once parsed (:func:`check_numbers`), as lit-marl checks its own."""
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from lit_marl.errors import MAX_SEED, ConfigError
 
 
 #: a task's dict of simulator arguments: given on the command line, merged into the config file's dict
@@ -108,3 +112,108 @@ def task_argument_in_files(files: list[str], field: str) -> Any:
         if node is not None:
             value = node
     return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _integer_at_least(low: int) -> Any:
+    return lambda value: isinstance(value, int) and value >= low
+
+
+def _minus_one_or_count(value: Any) -> bool:
+    return isinstance(value, int) and value >= -1
+
+
+def _batches(value: Any) -> bool:
+    """Lightning's ``_determine_batch_limits``: a fraction in [0, 1], or a whole number of batches."""
+    return math.isfinite(value) and (0 <= value <= 1 or value > 1 and value % 1 == 0)
+
+
+def _devices(value: Any) -> bool:
+    return isinstance(value, int) and (value == -1 or value >= 1)
+
+
+_BATCHES = (_batches, "a fraction in [0.0, 1.0] or a number of batches (an integer >= 0)")
+
+#: Lightning's Trainer and ModelCheckpoint settings that take numbers (and the logger's and lit-marl's evaluation
+#: report's), each with its check and what is allowed, the special values Lightning documents named with their
+#: meaning. Checked once the command line and config files are parsed, before the seed is set or anything is built:
+#: Lightning would refuse most of these with a traceback (some only once training has run), and take others silently
+#: (a negative ``limit_train_batches``, ``num_nodes`` or ``check_val_every_n_epoch``).
+NUMBER_FIELDS: dict[str, tuple[Any, str]] = {
+    "trainer.num_nodes": (_integer_at_least(1), "an integer >= 1"),
+    "trainer.devices": (_devices, "-1 (every device), a number of devices >= 1, a list of device indices, or 'auto'"),
+    "trainer.fast_dev_run": (_integer_at_least(0), "true, false, or a number of batches >= 0"),
+    "trainer.max_epochs": (_minus_one_or_count, "-1 (no limit: the frame budget, model.init_args.max_frames, ends "
+                                                "training; lit-marl's default) or a number of iterations >= 1"),
+    "trainer.min_epochs": (_integer_at_least(0), "a number of iterations >= 0, or null"),
+    "trainer.max_steps": (_minus_one_or_count, "-1 (no limit; Lightning's default) or a number of optimizer steps "
+                                               ">= 0"),
+    "trainer.min_steps": (_integer_at_least(0), "a number of optimizer steps >= 0, or null"),
+    "trainer.limit_train_batches": _BATCHES,
+    "trainer.limit_val_batches": _BATCHES,
+    "trainer.limit_test_batches": _BATCHES,
+    "trainer.limit_predict_batches": _BATCHES,
+    "trainer.overfit_batches": _BATCHES,
+    "trainer.val_check_interval": (_batches, "a fraction of an iteration in [0.0, 1.0], a number of batches (an "
+                                             "integer >= 1), a duration ('00:00:10:00'), or null"),
+    "trainer.check_val_every_n_epoch": (_integer_at_least(1), "a number of iterations >= 1, or null"),
+    "trainer.num_sanity_val_steps": (_minus_one_or_count, "-1 (every validation batch) or a number of batches >= 0"),
+    "trainer.log_every_n_steps": (_integer_at_least(0), "a number of steps >= 0 (0: no logging within an iteration)"),
+    "trainer.accumulate_grad_batches": (_integer_at_least(1), "an integer >= 1"),
+    "trainer.reload_dataloaders_every_n_epochs": (_integer_at_least(0), "a number of iterations >= 0 (0: never)"),
+    "trainer.logger.init_args.flush_logs_every_n_steps": (_integer_at_least(1), "a number of steps >= 1"),
+    "checkpoint.every_n_epochs": (_integer_at_least(0), "a number of iterations >= 0 (0: no periodic checkpoint; "
+                                                        "last.ckpt is still written), or null"),
+    "checkpoint.every_n_train_steps": (_integer_at_least(0), "a number of optimizer steps >= 0 (0: never), or null"),
+    "checkpoint.save_top_k": (_minus_one_or_count, "-1 (keep every checkpoint) or a number of checkpoints >= 0"),
+    "evaluation.videos": (_integer_at_least(0), "a number of episodes >= 0"),
+    "evaluation.val_video_every": (_integer_at_least(0), "a number of evaluations >= 0 (0: never)"),
+    "evaluation.fps": (_integer_at_least(1), "an integer >= 1"),
+    "evaluation.n_resamples": (_integer_at_least(1), "a number of bootstrap resamples >= 1 (default 2000)"),
+    "evaluation.confidence": (lambda value: 0 < value < 1, "a number in (0, 1), e.g. 0.95"),
+}
+
+
+def check_numbers(config: Any) -> None:
+    """Refuse, naming the field, the value and what is allowed, a number in :data:`NUMBER_FIELDS` or
+    ``seed_everything`` that the run cannot use: a negative, NaN or infinite value among them. ``config`` is one
+    command's parsed config (a jsonargparse Namespace, or a dict). Values that are not numbers (``devices: auto``, a
+    duration) are left to the parser and to Lightning."""
+    seed = _get(config, "seed_everything")
+    if _is_number(seed) and not (isinstance(seed, int) and 0 <= seed <= MAX_SEED):
+        raise ConfigError(f"seed_everything: must be an integer in 0..{MAX_SEED} (numpy's seed range), got {seed!r}; "
+                          f"allowed also: true (a random seed, printed) or false (no seeding)")
+    for field, (fits, allowed) in NUMBER_FIELDS.items():
+        value = _get(config, field)
+        if field == "trainer.devices":
+            value = _device_indices(value, allowed)
+        if _is_number(value) and not (math.isfinite(value) and fits(value)):
+            raise ConfigError(f"{field}: must be {allowed}, got {value!r}")
+
+
+def _device_indices(value: Any, allowed: str) -> Any:
+    """``trainer.devices`` as Lightning reads it: a string of digits as that number (``'-1'``, ``'2'``); a list of
+    device indices (``[0, 1]``, ``'0,1'``) is checked here, each index an integer >= 0."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    indices = [i.strip() for i in value.split(",") if i.strip()] if isinstance(value, str) and "," in value else value
+    if isinstance(indices, (list, tuple)):
+        for index in indices:
+            number = int(index) if isinstance(index, str) and index.lstrip("-").isdigit() else index
+            if _is_number(number) and not (isinstance(number, int) and number >= 0):
+                raise ConfigError(f"trainer.devices: the device index {index!r} in {value!r} is not an integer >= 0; "
+                                  f"allowed: {allowed}")
+        return None
+    return value
+
+
+def _get(config: Any, field: str) -> Any:
+    node = config
+    for key in field.split("."):
+        if node is None:
+            return None
+        node = node.get(key) if hasattr(node, "get") else getattr(node, key, None)
+    return node

@@ -1,0 +1,123 @@
+"""Issue 48 §6, bad inputs, third round: numbers refused by name before anything is built.
+
+Lightning's own Trainer and ModelCheckpoint settings given a negative, NaN or infinite value gave tracebacks (some only
+after an iteration's work) or were taken silently; they are now refused as lit-marl refuses its own (field, value, what
+is allowed; exit 2, nothing written), and the values Lightning documents with a meaning (-1: no limit, every batch,
+every checkpoint, every device) keep it. Evaluation settings, HASAC's ``n_step`` and a replay memory on a disk too
+small are refused at start instead of after the first iteration's work."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from lit_marl import envs
+from lit_marl.cli import LitMarlCLI, main
+from tests.helpers.tiny import CONFIGS
+from tests.reliability.helpers import expect_exit
+
+QUICKSTART = str(CONFIGS / "quickstart.yaml")
+
+
+class Built(Exception):
+    """The command got past its checks to building the run's objects."""
+
+
+@pytest.fixture
+def nothing_built(monkeypatch):
+    """Building the model, Trainer and callbacks raises :class:`Built`: a case refused before it is refused before
+    anything is built (and before the seed is set)."""
+    def built(self, *args, **kwargs):
+        raise Built()
+
+    monkeypatch.setattr(LitMarlCLI, "instantiate_classes", built)
+
+
+@pytest.fixture
+def no_env(monkeypatch):
+    """No environment (not even the probe that finds the agent groups) may be built."""
+    def refuse(*args, **kwargs):
+        pytest.fail("an environment was built before the refusal")
+
+    monkeypatch.setattr("lit_marl.envs.vmas.BatchedResetVmasEnv", refuse)
+    for cls in map(envs.__dict__.get, envs.__all__):
+        if inspect.isclass(cls) and issubclass(cls, envs.Task) and "make_env" in vars(cls):
+            monkeypatch.setattr(cls, "make_env", refuse)
+
+
+# (command-line arguments after `fit --config quickstart.yaml`, fragments of the error line): each of Lightning's
+# numbers, and the evaluation report's, refused once parsed (before: a traceback, or accepted)
+LIGHTNING_CASES = [
+    (["--trainer.limit_train_batches", "-1"], "trainer.limit_train_batches: must be a fraction in [0.0, 1.0] or a "
+                                              "number of batches (an integer >= 0), got -1"),
+    (["--trainer.limit_val_batches", ".nan"], "trainer.limit_val_batches: must be a fraction", "got nan"),
+    (["--trainer.limit_test_batches", ".inf"], "trainer.limit_test_batches: must be a fraction", "got inf"),
+    (["--trainer.limit_predict_batches", "-0.5"], "trainer.limit_predict_batches: must be", "got -0.5"),
+    (["--trainer.overfit_batches", "-1"], "trainer.overfit_batches: must be a fraction", "got -1"),
+    (["--trainer.val_check_interval", "-1"], "trainer.val_check_interval: must be a fraction of an iteration",
+     "a duration", "got -1"),
+    (["--trainer.val_check_interval", ".inf"], "trainer.val_check_interval: must be", "got inf"),
+    (["--trainer.num_nodes", "-1"], "trainer.num_nodes: must be an integer >= 1, got -1"),
+    (["--trainer.num_nodes", "0"], "trainer.num_nodes: must be an integer >= 1, got 0"),
+    (["--trainer.devices", "-2"], "trainer.devices: must be -1 (every device), a number of devices >= 1",
+     "got -2"),
+    (["--trainer.devices", "[0, -1]"], "trainer.devices: the device index -1 in [0, -1] is not an integer >= 0"),
+    (["--trainer.check_val_every_n_epoch", "-1"], "trainer.check_val_every_n_epoch: must be a number of "
+                                                  "iterations >= 1, or null, got -1"),
+    (["--trainer.check_val_every_n_epoch", "0"], "trainer.check_val_every_n_epoch: must be", "got 0"),
+    (["--trainer.log_every_n_steps", "-1"], "trainer.log_every_n_steps: must be a number of steps >= 0", "got -1"),
+    (["--trainer.max_epochs", "-2"], "trainer.max_epochs: must be -1 (no limit: the frame budget", "got -2"),
+    (["--trainer.min_epochs", "-1"], "trainer.min_epochs: must be a number of iterations >= 0", "got -1"),
+    (["--trainer.max_steps", "-2"], "trainer.max_steps: must be -1 (no limit", "got -2"),
+    (["--trainer.min_steps", "-1"], "trainer.min_steps: must be a number of optimizer steps >= 0", "got -1"),
+    (["--trainer.accumulate_grad_batches", "-1"], "trainer.accumulate_grad_batches: must be an integer >= 1",
+     "got -1"),
+    (["--trainer.num_sanity_val_steps", "-2"], "trainer.num_sanity_val_steps: must be -1 (every validation batch)",
+     "got -2"),
+    (["--trainer.gradient_clip_val", ".inf"], "trainer.gradient_clip_val: must be a finite number >= 0, got inf"),
+    (["--trainer.gradient_clip_val", ".nan"], "trainer.gradient_clip_val: must be a finite number >= 0, got nan"),
+    (["--trainer.reload_dataloaders_every_n_epochs", "-1"], "trainer.reload_dataloaders_every_n_epochs: must be",
+     "got -1"),
+    (["--trainer.fast_dev_run", "-1"], "trainer.fast_dev_run: must be true, false, or a number of batches >= 0"),
+    (["--trainer.logger.init_args.flush_logs_every_n_steps", "0"],
+     "trainer.logger.init_args.flush_logs_every_n_steps: must be a number of steps >= 1, got 0"),
+    (["--checkpoint.every_n_epochs", "-1"], "checkpoint.every_n_epochs: must be a number of iterations >= 0 (0: no "
+                                            "periodic checkpoint", "got -1"),
+    (["--checkpoint.every_n_train_steps", "-1"], "checkpoint.every_n_train_steps: must be", "got -1"),
+    (["--checkpoint.save_top_k", "-2"], "checkpoint.save_top_k: must be -1 (keep every checkpoint)", "got -2"),
+    (["--seed_everything", "-1"], "seed_everything: must be an integer in 0..4294967295 (numpy's seed range), got -1",
+     "true (a random seed"),
+    (["--seed_everything", "4294967296"], "seed_everything: must be an integer in 0..4294967295"),
+    (["--evaluation.n_resamples", "0"], "evaluation.n_resamples: must be a number of bootstrap resamples >= 1",
+     "got 0"),
+    (["--evaluation.n_resamples", "-1"], "evaluation.n_resamples: must be", "got -1"),
+    (["--evaluation.fps", "-1"], "evaluation.fps: must be an integer >= 1, got -1"),
+    (["--evaluation.confidence", ".nan"], "evaluation.confidence: must be a number in (0, 1)", "got nan"),
+]
+
+
+@pytest.mark.parametrize(("args", "fragments"), [pytest.param(case[0], case[1:], id=" ".join(case[0]))
+                                                 for case in LIGHTNING_CASES])
+def test_lightning_number_is_refused_by_name_before_anything_is_built(capsys, nothing_built, args, fragments):
+    err = expect_exit(capsys, ["fit", "--config", QUICKSTART, *args], 2, "lit-marl: error: ", *fragments)
+    assert "Traceback" not in err and "Seed set to" not in err  # refused before the seed is set
+
+
+#: the values Lightning documents with a meaning, kept (lit-marl's README says what they mean)
+DOCUMENTED = [
+    (["--trainer.max_epochs", "-1"], "no limit: the frame budget (model.init_args.max_frames) ends training"),
+    (["--trainer.max_steps", "-1"], "no limit on optimizer steps (Lightning's default)"),
+    (["--trainer.num_sanity_val_steps", "-1"], "every validation batch in the sanity check"),
+    (["--checkpoint.save_top_k", "-1"], "keep every periodic checkpoint"),
+    (["--trainer.devices", "-1"], "every device"),
+    (["--checkpoint.every_n_epochs", "0"], "no periodic checkpoint (last.ckpt still written)"),
+    (["--seed_everything", "true"], "a random seed (printed)"),
+]
+
+
+@pytest.mark.parametrize(("args", "meaning"), [pytest.param(a, m, id=" ".join(a)) for a, m in DOCUMENTED])
+def test_documented_special_values_keep_their_meaning(capsys, nothing_built, args, meaning):
+    with pytest.raises(Built):
+        main(["fit", "--config", QUICKSTART, *args])
+    assert "lit-marl: error" not in capsys.readouterr().err
