@@ -40,6 +40,17 @@ def non_negative_int(field: str, value: Any) -> int:
     return value
 
 
+#: numpy's seed range: every environment, and numpy itself, is seeded from a run's seeds
+MAX_SEED = 2 ** 32 - 1
+
+
+def seed_value(field: str, value: Any) -> int:
+    """A seed: an integer in numpy's range 0..2**32-1 (a negative one fails inside the first environment's seeding)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_SEED:
+        raise ConfigError(f"{field}: must be an integer in 0..{MAX_SEED} (numpy's seed range), got {value!r}")
+    return value
+
+
 def positive_float(field: str, value: Any) -> float:
     if not _is_number(value) or value <= 0:
         raise ConfigError(f"{field}: must be a positive finite number, got {value!r}")

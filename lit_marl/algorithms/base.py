@@ -46,7 +46,7 @@ from lit_marl.data import EvaluationBatches
 from lit_marl.data.replay import group_buffers
 from lit_marl.distributed import check_shares, check_strategy, reduce_means, world_size_of
 from lit_marl.envs.base import Task
-from lit_marl.errors import ConfigError, check_gradient_clipping, device_name, one_of, positive_int
+from lit_marl.errors import ConfigError, check_gradient_clipping, device_name, one_of, positive_int, seed_value
 from lit_marl.resources import check_resources
 from lit_marl.lightning_adapter import attached_trainer, logged_step, save_hyperparameters
 from lit_marl.utils import Configurable, deepcopy_keeping_shared_tensors, instantiate
@@ -147,7 +147,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
                                                evaluation_seed, test_episodes, test_videos, seed).items():
             setattr(self, name, value)
         self.sampling_device = device_name("sampling_device", sampling_device)
-        self.seed = int(seed)
+        self.seed = seed_value("seed", seed)  # numpy's range: the training envs are seeded from it
         self.compile_losses = bool(compile)  # not ``self.compile``: that is nn.Module's method
         self.collect_with_grad = bool(collect_with_grad)
         self.nan_policy = one_of("nan_policy", nan_policy, NAN_POLICIES)

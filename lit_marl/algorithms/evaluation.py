@@ -21,7 +21,7 @@ from typing_extensions import override
 from lit_marl.callbacks import call_marl_hook
 from lit_marl.data import EvaluationBatches
 from lit_marl.data.evaluator import Evaluator, episode_returns
-from lit_marl.errors import ConfigError, positive_int
+from lit_marl.errors import MAX_SEED, ConfigError, positive_int, seed_value
 from lit_marl.lightning_adapter import attached_trainer
 
 #: the two evaluations a run makes: validation during ``fit``, and ``lit-marl test``
@@ -30,16 +30,31 @@ PREFIXES = ("val", "test")
 
 def evaluation_settings(evaluation_episodes: int, evaluation_batch_size: int | None, evaluation_deterministic: bool,
                         evaluation_seed: int | None, test_episodes: int, test_videos: int, seed: int) -> dict[str, Any]:
-    """The run's evaluation arguments, checked (each refused by name), as the run's attributes of the same names."""
+    """The run's evaluation arguments, checked (each refused by name), as the run's attributes of the same names.
+    Seeds are numpy's (0..2**32-1); the evaluation's seeds are ``evaluation_seed`` (default ``seed + 10_000``) and the
+    numbers after it, one per batch of episodes."""
+    test_episodes = positive_int("test_episodes", test_episodes)  # before test_videos, whose range it sets
     if not isinstance(test_videos, int) or isinstance(test_videos, bool) or not 0 <= test_videos <= test_episodes:
         raise ConfigError(f"test_videos: must be an integer in 0..test_episodes={test_episodes}, got {test_videos!r}")
+    evaluation_episodes = positive_int("evaluation_episodes", evaluation_episodes)
+    batches = max(evaluation_episodes, test_episodes)  # at most one seed per episode
+    if evaluation_seed is None:
+        evaluation_seed = seed_value("seed", seed) + 10_000
+        if evaluation_seed + batches - 1 > MAX_SEED:
+            raise ConfigError(f"evaluation_seed: unset, so seed + 10000 = {evaluation_seed}, and its batches' seeds up "
+                              f"to {evaluation_seed + batches - 1} pass numpy's {MAX_SEED}; allowed: an "
+                              f"evaluation_seed in 0..{MAX_SEED - batches + 1}, or a smaller seed")
+    elif seed_value("evaluation_seed", evaluation_seed) + batches - 1 > MAX_SEED:
+        raise ConfigError(f"evaluation_seed: {evaluation_seed} and its batches' seeds up to "
+                          f"{evaluation_seed + batches - 1} pass numpy's {MAX_SEED}; allowed: "
+                          f"0..{MAX_SEED - batches + 1}")
     return {
-        "evaluation_episodes": positive_int("evaluation_episodes", evaluation_episodes),
+        "evaluation_episodes": evaluation_episodes,
         "evaluation_batch_size": positive_int("evaluation_batch_size", evaluation_batch_size
                                               if evaluation_batch_size is not None else evaluation_episodes),
         "evaluation_deterministic": bool(evaluation_deterministic),
-        "evaluation_seed": int(evaluation_seed) if evaluation_seed is not None else int(seed) + 10_000,
-        "test_episodes": positive_int("test_episodes", test_episodes),
+        "evaluation_seed": int(evaluation_seed),
+        "test_episodes": test_episodes,
         "test_videos": test_videos,
     }
 

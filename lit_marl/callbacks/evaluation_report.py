@@ -29,7 +29,7 @@ from tensordict import TensorDictBase
 from typing_extensions import override
 
 from lit_marl.callbacks.hooks import MarlCallback
-from lit_marl.errors import ConfigError, non_negative_int
+from lit_marl.errors import ConfigError, non_negative_int, positive_int
 from lit_marl.evaluation.episodes import episode_records
 from lit_marl.evaluation.eval_info import EVAL_INFO, build_eval_info, export_rollouts
 from lit_marl.evaluation.io import new_folder, write_json
@@ -70,7 +70,7 @@ class EvaluationReport(MarlCallback):
         self.export_episodes = bool(export_episodes)
         self.fps = fps
         self.confidence = float(confidence)
-        self.n_resamples = int(n_resamples)
+        self.n_resamples = positive_int("evaluation.n_resamples", n_resamples)  # scipy's bootstrap, after the episodes
         self.checkpoint = checkpoint
         self.val_video_every = val_video_every
         self._evaluations = 0

@@ -31,8 +31,8 @@ TASKS = [cls for cls in map(envs.__dict__.get, envs.__all__)
          if isinstance(cls, type) and issubclass(cls, envs.Task) and not inspect.isabstract(cls)]
 #: arguments built from other objects (tested through their own classes here)
 COMPOSED = {"task", "actor_model", "critic_model", "layers"}
-#: integers for which any value (negative too) is allowed: seeds
-ANY_INT = {"seed", "evaluation_seed"}
+#: integers for which any value (negative too) is allowed: none (seeds are numpy's, 0..2**32-1, since issue 48)
+ANY_INT: set[str] = set()
 #: required arguments, given valid values in every case
 REQUIRED = {models.Sequence: {"layers": [models.Mlp()]},
             algorithms.Ensemble: {"algorithms": {"agents": {"class_path": "lit_marl.algorithms.MAPPO"}}},

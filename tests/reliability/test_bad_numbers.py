@@ -13,7 +13,9 @@ import inspect
 import pytest
 
 from lit_marl import envs
+from lit_marl.callbacks import EvaluationReport
 from lit_marl.cli import LitMarlCLI, main
+from lit_marl.errors import ConfigError
 from tests.helpers.tiny import CONFIGS
 from tests.reliability.helpers import expect_exit
 
@@ -121,3 +123,26 @@ def test_documented_special_values_keep_their_meaning(capsys, nothing_built, arg
     with pytest.raises(Built):
         main(["fit", "--config", QUICKSTART, *args])
     assert "lit-marl: error" not in capsys.readouterr().err
+
+
+def _first_line(err: str) -> str:
+    return next(line for line in err.splitlines() if line.startswith("lit-marl: error: "))
+
+
+# the evaluation settings: refused when the run is built, before any environment (before: at the first evaluation,
+# after an iteration's work, with numpy's traceback; or blamed on another field)
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--model.init_args.evaluation_seed", "-1"],
+     "evaluation_seed: must be an integer in 0..4294967295 (numpy's seed range), got -1"),
+    (["--model.init_args.evaluation_seed", "4294967295"], "evaluation_seed: 4294967295 and its batches' seeds up to"),
+    (["--model.init_args.test_episodes", "-1"], "test_episodes: must be a positive integer, got -1"),
+    (["--model.init_args.test_episodes", "0"], "test_episodes: must be a positive integer, got 0"),
+], ids=lambda value: " ".join(value) if isinstance(value, list) else "")
+def test_evaluation_settings_are_refused_before_any_environment(capsys, no_env, args, fragment):
+    err = expect_exit(capsys, ["fit", "--config", QUICKSTART, *args], 2, fragment)
+    assert "Traceback" not in err and "test_videos" not in _first_line(err)
+
+
+def test_evaluation_n_resamples_is_checked_by_the_report_itself():
+    with pytest.raises(ConfigError, match=r"evaluation.n_resamples: must be a positive integer, got 0"):
+        EvaluationReport(n_resamples=0)
