@@ -233,6 +233,13 @@ class SequentialSAC(OffPolicyLearner):
             target_entropy, alpha_init, min_alpha, max_alpha)
         self.fixed_alpha = bool(fixed_alpha)
         self.n_step = positive_int("n_step", n_step)
+        steps = run.frames_per_batch // run.num_envs  # each env's steps per iteration (DDP: each process's too)
+        if self.n_step >= steps:
+            # the window holds each env's last n_step transitions back: none of the first iteration's would reach the
+            # replay buffer, and the first update would fail after a whole iteration's collection
+            raise ConfigError(f"n_step: {n_step} reaches the {steps} steps each environment collects per iteration "
+                              f"(frames_per_batch {run.frames_per_batch} / num_envs {run.num_envs}); allowed: "
+                              f"1..{steps - 1}, or a larger frames_per_batch per environment")
         self.critic_lr = None if critic_lr is None else positive_float("critic_lr", critic_lr)
         self.alpha_lr = None if alpha_lr is None else positive_float("alpha_lr", alpha_lr)
         self.scale_mapping = scale_mapping

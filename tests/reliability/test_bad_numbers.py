@@ -146,3 +146,13 @@ def test_evaluation_settings_are_refused_before_any_environment(capsys, no_env, 
 def test_evaluation_n_resamples_is_checked_by_the_report_itself():
     with pytest.raises(ConfigError, match=r"evaluation.n_resamples: must be a positive integer, got 0"):
         EvaluationReport(n_resamples=0)
+
+
+def test_hasac_n_step_reaching_an_iterations_steps_per_env_is_refused_before_any_environment(capsys, no_env):
+    """Before: accepted; the first update failed with an AttributeError after a whole iteration's collection (no
+    transition of the first iteration leaves the n-step window)."""
+    config = str(CONFIGS / "hasac_vmas_balance.yaml")  # 6000 frames per iteration over 10 envs: 600 steps each
+    err = expect_exit(capsys, ["fit", "--config", config, "--model.init_args.n_step", "600"], 2,
+                      "lit-marl: error: n_step: 600 reaches the 600 steps each environment collects per iteration "
+                      "(frames_per_batch 6000 / num_envs 10); allowed: 1..599")
+    assert "Traceback" not in err
