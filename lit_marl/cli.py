@@ -391,9 +391,9 @@ def _run(args: list[str] | None) -> None:
         remove_unused_run_folders()
         print(f"lit-marl: error: out of memory: {str(err).strip().splitlines()[-1]}. The run's sizes need more memory "
               f"than this machine has (lit-marl refuses at start only what it can estimate: one step's tensors per "
-              f"environment, the collected batch, the replay memory); files written before are intact. Allowed: a "
-              f"smaller model.init_args.num_envs, frames_per_batch, memory_size or minibatch size, or "
-              f"buffer_device: disk", file=sys.stderr)
+              f"environment, the collected batch, the validation rollout, the replay memory); files written before "
+              f"are intact. Allowed: a smaller model.init_args.num_envs, frames_per_batch, memory_size, minibatch "
+              f"size or evaluation_batch_size, or buffer_device: disk", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None
     except OSError as err:
         if err.errno not in WRITE_ERRNOS:

@@ -88,6 +88,14 @@ def memory_needs(model, world_size: int, env_device: torch.device,
               "environments (one step's tensors per environment)", env_device),
              ("frames_per_batch", model.frames_per_batch, model.frames_per_batch // world_size * step,
               "the collected batch", env_device)]
+    # validation: evaluation_batch_size episodes (at most this process's share) rolled out whole, beside the
+    # training environments; named by the field that sets their number
+    episodes = max(1, model.evaluation_episodes // world_size)
+    parallel = min(episodes, model.evaluation_batch_size)
+    field = "evaluation_batch_size" if model.evaluation_batch_size < model.evaluation_episodes else "evaluation_episodes"
+    needs.append((field, getattr(model, field), parallel * model.task.max_steps * step,
+                  f"the validation rollout ({parallel} episodes of max_steps={model.task.max_steps} steps at once)",
+                  env_device))
     for group, learner in model.learners.items():
         if learner.on_policy:
             continue
@@ -118,7 +126,41 @@ def check_memory(model, world_size: int, env_device: torch.device, train_device:
             f"model.init_args.{field}: {value} needs at least {size(largest)} of {device.type} memory for {what}, "
             f"{size(total)} in all ({parts}), but {size(free)} is available; nothing was collected. Allowed: {field} "
             f"up to about {fits}, or a machine with more memory"
-            + ("; buffer_device: disk keeps the replay memory in a file" if field == "memory_size" else ""))
+            + ("; buffer_device: disk keeps the replay memory in a file" if field == "memory_size" else "")
+            + ("; evaluation_batch_size rolls the evaluation episodes out that many at a time"
+               if field == "evaluation_episodes" else ""))
+
+
+def replay_disk_needs(model) -> list[tuple[str, int]]:
+    """``(group, bytes)`` of each replay memory kept on disk (``buffer_device: disk``), memory-mapped whole in the run
+    folder."""
+    return [(group, learner.replay_shape().capacity * transition_bytes(model.task.specs, group))
+            for group, learner in model.learners.items()
+            if not learner.on_policy and learner.replay_shape().where == "disk"]
+
+
+def check_replay_disk(model, folder: Path, processes: int = 1, free: int | None = None) -> None:
+    """Refuse replay memories on disk (``buffer_device: disk``) that the run folder's file system cannot hold: the
+    memory-mapped files are made whole at the first write, and a write past the disk's end fails in the middle of
+    training. ``processes``: the run's processes on this machine, each with a memory of its own."""
+    needs = replay_disk_needs(model)
+    if not needs:
+        return
+    probe = Path(folder)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free if free is None else free
+    total = processes * sum(n for _, n in needs)
+    if total <= free:
+        return
+    group, largest = max(needs, key=lambda need: need[1])
+    value = model.learners[group].memory_size
+    fits = max(0, int((free / processes - (total / processes - largest)) / (largest / value))) if largest else 0
+    raise ConfigError(
+        f"model.init_args.memory_size: {value} needs at least {size(largest)} of disk for the replay memory of group "
+        f"{group!r} (buffer_device: disk, memory-mapped in {str(folder)!r}), {size(total)} in all, but that disk has "
+        f"{size(free)} free; nothing was collected. Allowed: memory_size up to about {fits}, or a run folder on a "
+        f"disk with more space (trainer.default_root_dir or trainer.logger.init_args.save_dir)")
 
 
 def first_checkpoint_bytes(model, every_n_epochs: int, world_size: int = 1, copies: int = 1) -> int:
@@ -160,6 +202,8 @@ def check_resources(model, trainer) -> None:
     train_device = trainer.strategy.root_device
     env_device = torch.device(model.sampling_device) if model.sampling_device else train_device
     check_memory(model, world_size, env_device, train_device)
+    check_replay_disk(model, Path(trainer.log_dir or trainer.default_root_dir) / "replay_buffers",
+                      max(1, world_size // max(1, trainer.num_nodes)))
     # Lightning's first Checkpoint callback may be lit-marl's PreemptionCheckpoint (no ModelCheckpoint configured)
     callback = next((c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)), None)
     if callback is None or not trainer.is_global_zero:

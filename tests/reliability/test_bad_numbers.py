@@ -9,15 +9,20 @@ small are refused at start instead of after the first iteration's work."""
 from __future__ import annotations
 
 import inspect
+from collections import namedtuple
+from pathlib import Path
 
 import pytest
+import yaml
 
-from lit_marl import envs
+from lit_marl import envs, resources
+from lit_marl.algorithms import MADDPG, MAPPO
+from lit_marl.algorithms.evaluation import Evaluation
 from lit_marl.callbacks import EvaluationReport
 from lit_marl.cli import LitMarlCLI, main
 from lit_marl.errors import ConfigError
 from tests.helpers.tiny import CONFIGS
-from tests.reliability.helpers import expect_exit
+from tests.reliability.helpers import QUIET, expect_exit, run_dirs, tiny_config
 
 QUICKSTART = str(CONFIGS / "quickstart.yaml")
 
@@ -156,3 +161,49 @@ def test_hasac_n_step_reaching_an_iterations_steps_per_env_is_refused_before_any
                       "lit-marl: error: n_step: 600 reaches the 600 steps each environment collects per iteration "
                       "(frames_per_batch 6000 / num_envs 10); allowed: 1..599")
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (["--model.init_args.evaluation_episodes", "10000000"], "evaluation_episodes: 10000000"),
+    (["--model.init_args.evaluation_episodes", "10000000", "--model.init_args.evaluation_batch_size", "1000000"],
+     "evaluation_batch_size: 1000000"),
+])
+def test_a_validation_rollout_beyond_the_memory_names_the_evaluation_field(tmp_path, capsys, monkeypatch, args,
+                                                                           field):
+    """Before: accepted, then the first validation allocated millions of environments (the out-of-memory advice named
+    num_envs, frames_per_batch and memory_size)."""
+    monkeypatch.setattr(resources, "available_memory", lambda device: 10 ** 8)
+    monkeypatch.setattr(MAPPO, "train_dataloader", lambda self: pytest.fail("training started"))
+    monkeypatch.setattr(Evaluation, "rollout", lambda *a, **k: pytest.fail("a validation rollout started"))
+    err = expect_exit(capsys, ["fit", "--config", str(tiny_config(tmp_path / "c.yaml")), *QUIET, *args], 2,
+                      f"lit-marl: error: model.init_args.{field} needs at least", "for the validation rollout",
+                      "nothing was collected", unchanged=None)
+    assert "Traceback" not in err and "num_envs" not in _first_line(err).split("Allowed:")[1]
+    assert run_dirs(tmp_path / "runs") == []
+
+
+def _tiny_off_policy(path: Path, **init_args) -> Path:
+    config = yaml.safe_load((CONFIGS / "maddpg_vmas_balance.yaml").read_text())
+    config["model"]["init_args"].update(frames_per_batch=40, num_envs=4, max_frames=80, evaluation_episodes=2,
+                                        n_optimizer_steps=2, train_batch_size=16, **init_args)
+    config["model"]["init_args"]["task"]["init_args"]["max_steps"] = 10
+    config["checkpoint"] = {"every_n_epochs": 1}
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_a_replay_memory_on_a_disk_too_small_is_refused_by_name(tmp_path, capsys, monkeypatch):
+    """The memory refusal recommends ``buffer_device: disk``; where the disk cannot hold it either, that is refused by
+    name too (before: accepted; the memory-mapped file filled the disk during training)."""
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(resources.shutil, "disk_usage", lambda path: usage(10 ** 9, 10 ** 9 - 10 ** 7, 10 ** 7))
+    monkeypatch.setattr(MADDPG, "train_dataloader", lambda self: pytest.fail("training started"))
+    config = _tiny_off_policy(tmp_path / "c.yaml", memory_size=1_000_000, buffer_device="disk")
+    err = expect_exit(capsys, ["fit", "--config", str(config), *QUIET], 2,
+                      "lit-marl: error: model.init_args.memory_size: 1000000 needs at least",
+                      "of disk for the replay memory of group 'agents' (buffer_device: disk", "but that disk has 10 MB "
+                      "free; nothing was collected. Allowed: memory_size up to about ", unchanged=None)
+    assert "Traceback" not in err
+    assert run_dirs(tmp_path / "runs") == []
+    fits = int(err.split("up to about ")[1].split(",")[0])
+    assert 0 < fits < 1_000_000
