@@ -286,6 +286,11 @@ def test_overrides_go_from_the_grid_to_the_task_for_one_algorithm(tmp_path):
                                              "model.init_args.lr: 'abc' is not a number"]),
         ({"algorithm_overrides": {"mappo": {"trainer.max_epochs": "ten"}}}, {},
          ["algorithms.mappo on tasks.balance", "trainer.max_epochs: 'ten' is not an integer"]),
+        # ... and those the algorithm refuses as it is built
+        ({}, {"model.init_args.max_frames": -5}, ["algorithms.mappo on tasks.balance: lit-marl fit refuses its run "
+                                                  "config: max_frames: must be a positive integer, got -5"]),
+        ({"overrides": {"model.init_args.sampling_device": "cuda:99"}}, {},
+         ["lit-marl fit refuses its run config: sampling_device: 'cuda:99'"]),
     ],
 )
 def test_a_bad_override_is_refused_by_name_before_anything_runs(tmp_path, capsys, tasks_change, overrides,

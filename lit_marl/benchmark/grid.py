@@ -162,23 +162,33 @@ def _seeds(seeds: Any) -> list[int]:
     return seeds
 
 
-def _check_parses(config: dict[str, Any], where: str) -> None:
-    """``lit-marl fit``'s own parsing of a run config (``--print_config``: every value's type, the grid's overrides
-    included), the first thing each run does: a value it refuses is refused now, before the first run starts, not
-    once per run. The grid's runs of one algorithm on one task differ only in their seed and folder, so one parse
-    checks them all. Checks inside the algorithm's ``__init__`` (a value's range) still come at each run's start."""
+def _check_run_config(config: dict[str, Any], where: str, task: Task | None) -> None:
+    """What each run does first, done now for the grid, so that a value it would refuse is refused before the first
+    run starts, not once per run: ``lit-marl fit``'s own parsing of the run config (``--print_config``: every value's
+    type, the grid's overrides included) and, given the run's ``task`` (already probed), the algorithm built from it
+    (its own checks: ranges, settings that do not go together; its networks built from the task's specs, fractions of
+    a second). The grid's runs of one
+    algorithm on one task differ only in their seed and folder, so one check covers them all. A grid submitted to
+    SLURM is only parsed here: its runs are built on compute nodes, whose devices this machine may lack."""
     with tempfile.TemporaryDirectory(prefix="lit-marl-grid-") as folder:
         path = Path(folder) / RUN_CONFIG
         path.write_text(yaml.safe_dump(config, sort_keys=False))
-        errors = io.StringIO()
+        printed, errors = io.StringIO(), io.StringIO()
         try:
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
+            with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors):
                 cli_main(["fit", "--config", str(path), "--print_config"])
         except SystemExit as exit_:
             if exit_.code not in (0, None):
                 said = errors.getvalue().strip().splitlines()
                 reason = said[0].removeprefix("lit-marl: error: ") if said else f"exit {exit_.code}"
                 raise ConfigError(f"{where}: lit-marl fit refuses its run config: {reason}") from None
+    if task is not None:
+        model = yaml.safe_load(printed.getvalue())["model"]
+        model["init_args"]["task"] = task  # the same task, built and probed once
+        try:
+            instantiate(model, MarlAlgorithm, "model")
+        except ConfigError as err:
+            raise ConfigError(f"{where}: lit-marl fit refuses its run config: {err}") from None
 
 
 def _read_yaml(path: Path, field_name: str) -> dict[str, Any]:
@@ -244,7 +254,8 @@ class Benchmark:
                     folder = self.root / task_name / alg_name / f"seed_{seed}"
                     config = self._run_config(base, task_config, seed, folder, run_overrides)
                     self.runs.append(Run(alg_name, task_name, seed, folder, config))
-                _check_parses(self.runs[-1].config, f"algorithms.{alg_name} on tasks.{task_name}")
+                _check_run_config(self.runs[-1].config, f"algorithms.{alg_name} on tasks.{task_name}",
+                                  task if self.launcher == "local" else None)
 
     # ---------------------------------------------------------------------- checks
     def _task(self, name: str, value: Any, algorithms: set[str]
