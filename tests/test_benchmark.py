@@ -20,6 +20,7 @@ from lit_marl.cli import main
 from lit_marl.benchmark import Benchmark
 from tests.helpers.runs import BALANCE, metric_frames, tiny_balance, tiny_grid
 from tests.helpers.tiny import CONFIGS, ROOT
+from tests.helpers.waiting import wait_until
 
 GRIDS = sorted((CONFIGS / "benchmarks").glob("*.yaml"))
 
@@ -70,16 +71,6 @@ def test_benchmark_resumes_after_a_kill_without_repeating_finished_runs(tmp_path
     assert "2 finished, 0 to resume, 0 to start" in capsys.readouterr().out
 
 
-def _wait_for(what: str, done, proc: subprocess.Popen, log: Path, timeout_s: float = 240) -> None:
-    """Poll ``done()`` until true; fail naming ``what`` if ``proc`` ends first or the deadline (a bound on a hang,
-    not a timing) passes."""
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert proc.poll() is None, f"the launcher ended (exit {proc.returncode}) before {what}: {log.read_text()[-2000:]}"
-        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
-        time.sleep(0.1)
-
-
 @pytest.mark.slow  # a launcher and its fit process, signalled mid-training: about 30 s each on two busy cores
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_signal_to_the_launcher_stops_its_runs_at_their_checkpoint(tmp_path, signum):
@@ -97,8 +88,8 @@ def test_a_signal_to_the_launcher_stops_its_runs_at_their_checkpoint(tmp_path, s
                                 stdout=out, stderr=out, env=env, start_new_session=True)
     try:
         # its first metric row: training has started, so the fit's own signal handler is in place
-        _wait_for("a metric row of seed_0", lambda: any(metric_frames(m) for m in run.glob("train/version_0/metrics.csv")),
-                  proc, log)
+        wait_until(lambda: any(metric_frames(m) for m in run.glob("train/version_0/metrics.csv")),
+                   "a metric row of seed_0", process=proc)
         os.kill(proc.pid, signum)  # the launcher alone, not its process group
         try:
             code = proc.wait(timeout=240)
