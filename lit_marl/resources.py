@@ -92,7 +92,8 @@ def memory_needs(model, world_size: int, env_device: torch.device,
     # training environments; named by the field that sets their number
     episodes = max(1, model.evaluation_episodes // world_size)
     parallel = min(episodes, model.evaluation_batch_size)
-    field = "evaluation_batch_size" if model.evaluation_batch_size < model.evaluation_episodes else "evaluation_episodes"
+    field = ("evaluation_batch_size" if model.evaluation_batch_size < model.evaluation_episodes
+             else "evaluation_episodes")
     needs.append((field, getattr(model, field), parallel * model.task.max_steps * step,
                   f"the validation rollout ({parallel} episodes of max_steps={model.task.max_steps} steps at once)",
                   env_device))
