@@ -83,15 +83,19 @@ def reference(algorithm: str, max_frames: int) -> dict[str, Any]:
 
 #: BenchMARL resets finished VMAS environments one at a time (torchrl's VmasEnv); lit-marl's batched resets draw the
 #: finished environments' starts differently from the same seed, so the checks step lit-marl's env the same way
+#: (the run-level differential can instead give BenchMARL's side batched resets: ``run_compare.py --batched_resets``)
 PER_ENV_RESETS = ["--model.init_args.task.init_args.batched_resets", "false"]
 
 
-def lit_marl_model(algorithm: str, max_frames: int, more: list[str] = ()):
+def lit_marl_model(algorithm: str, max_frames: int, more: list[str] = (), batched_resets: bool = False):
+    """lit-marl's shipped config for ``algorithm`` through its CLI's parser; per-environment resets unless
+    ``batched_resets`` (the shipped default)."""
     from lit_marl.cli import LitMarlCLI
 
     config, extra = LIT_MARL[algorithm]
+    resets = [] if batched_resets else PER_ENV_RESETS
     cli = LitMarlCLI(args=["--config", str(ROOT / "configs" / config), "--model.init_args.max_frames", str(max_frames),
-                           "--trainer.logger", "false", *extra, *PER_ENV_RESETS, *more], run=False)
+                           "--trainer.logger", "false", *extra, *resets, *more], run=False)
     return cli.model, cli.trainer
 
 

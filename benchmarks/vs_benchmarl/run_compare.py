@@ -10,7 +10,14 @@ compares each iteration:
 - the collected batch: observations, actions, rewards, next observations, done and terminated;
 - the exploration value the collection used (noise scale or epsilon);
 - the mean of every loss term over the iteration's optimizer steps, and the first step's;
-- every parameter tensor of the loss (online and target networks) at the iteration's end.
+- every parameter tensor of the loss (online and target networks) at the iteration's end;
+- the observations where an episode starts (the step after one both sides end): drawn by the partial resets alone,
+  equal until the runs' done flags part, whatever rounding did to the episodes before.
+
+Partial resets: lit-marl with per-environment resets (``task.batched_resets: false``) against torchrl 0.11's, or with
+``--batched_resets`` lit-marl's shipped default (one batched VMAS reset, unfinished environments put back) against
+BenchMARL's side given the same whole-batch resets (``run_reference.py --batched_resets``, the harness's own patch of
+torchrl 0.11's ``VmasEnv._reset``).
 
 Tolerance: float32 closeness ``rtol=1e-4, atol=1e-5`` (one update agrees to 1e-6, see ``compare.py``; a whole
 iteration is a thousand updates and a collection stepped by them), done flags and actions of discrete spaces exactly.
@@ -18,6 +25,7 @@ Where two runs part, the report names the first iteration and quantity and how f
 chaotic, so a difference that starts at rounding level and grows is noise, one that starts large is a defect.
 
     python benchmarks/vs_benchmarl/run_compare.py --algorithms iddpg --iterations 5
+    python benchmarks/vs_benchmarl/run_compare.py --algorithms iddpg --iterations 10 --batched_resets
 """
 
 from __future__ import annotations
@@ -53,18 +61,22 @@ def reset_seeds(seed: int, iterations: int) -> list[int]:
     return [derived_seed(seed, 0, i) for i in range(iterations)]
 
 
-def reference_run(algorithm: str, iterations: int, max_frames: int, updates: int | None = None) -> dict[str, Any]:
-    """BenchMARL's recorded run (``run_reference.py`` in its venv), cached per version of the two reference scripts."""
+def reference_run(algorithm: str, iterations: int, max_frames: int, updates: int | None = None,
+                  batched_resets: bool = False) -> dict[str, Any]:
+    """BenchMARL's recorded run (``run_reference.py`` in its venv), cached per version of the two reference scripts;
+    ``batched_resets``: its partial resets made lit-marl's default way (``run_reference.py --batched_resets``)."""
     here = ROOT / "benchmarks" / "vs_benchmarl"
     version = hashlib.sha256(b"".join((here / n).read_bytes() for n in ("run_reference.py", "reference.py")))
-    path = OUT / f"run_{algorithm}_{iterations}_{max_frames}_{updates or 'default'}_{version.hexdigest()[:10]}.pt"
+    resets = "_batched" if batched_resets else ""
+    path = OUT / (f"run_{algorithm}_{iterations}_{max_frames}_{updates or 'default'}{resets}_"
+                  f"{version.hexdigest()[:10]}.pt")
     if not path.is_file():
         subprocess.run(["bash", str(here / "setup.sh")], check=True)
         OUT.mkdir(parents=True, exist_ok=True)
         subprocess.run([str(VENV / "bin" / "python"), str(here / "run_reference.py"), "--algorithm", algorithm,
                         "--iterations", str(iterations), "--max_frames", str(max_frames), "--reset_seeds",
                         *map(str, reset_seeds(0, iterations)), *(["--updates", str(updates)] if updates else []),
-                        "--out", str(path)], check=True, cwd=here,
+                        *(["--batched_resets"] if batched_resets else []), "--out", str(path)], check=True, cwd=here,
                        env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1")))
     return torch.load(path, weights_only=True)
 
@@ -123,11 +135,12 @@ def exploration_value(model) -> float | None:
 
 
 def run(algorithm: str, iterations: int, max_frames: int, forced: bool = False,
-        updates: int | None = None) -> tuple[Checks, list[dict[str, Any]]]:
+        updates: int | None = None, batched_resets: bool = False) -> tuple[Checks, list[dict[str, Any]]]:
     """Both runs, compared; returns the checks and a per-iteration summary (largest differences). ``forced``: lit-marl
     trains on BenchMARL's collected batches (:class:`InjectedDraws`); its own collections are still compared.
-    ``updates``: optimizer steps per iteration (off-policy) or epochs (on-policy) on both sides, for a shorter run."""
-    ref = reference_run(algorithm, iterations, max_frames, updates)
+    ``updates``: optimizer steps per iteration (off-policy) or epochs (on-policy) on both sides, for a shorter run.
+    ``batched_resets``: lit-marl's shipped batched VMAS resets, and BenchMARL's side given the same."""
+    ref = reference_run(algorithm, iterations, max_frames, updates, batched_resets=batched_resets)
     torch.manual_seed(0)
     more = []
     if updates:
@@ -137,7 +150,7 @@ def run(algorithm: str, iterations: int, max_frames: int, forced: bool = False,
         model, trainer = lit_marl_model(algorithm, max_frames, [
             "--trainer.max_epochs", str(iterations), "--trainer.check_val_every_n_epoch", "1000000",
             "--trainer.enable_progress_bar", "false", "--checkpoint.every_n_epochs", "1000000",
-            "--trainer.default_root_dir", folder, *more])
+            "--trainer.default_root_dir", folder, *more], batched_resets=batched_resets)
         params = live_params(model.losses[GROUP])
         with torch.no_grad():
             for attr, tensors in ref["params"].items():
@@ -147,7 +160,8 @@ def run(algorithm: str, iterations: int, max_frames: int, forced: bool = False,
         trainer.callbacks.append(harness)
         trainer.fit(model)
     # beside BenchMARL's, to study
-    torch.save({"iterations": harness.records}, OUT / f"run_{algorithm}{'_forced' if forced else ''}_lit-marl.pt")
+    torch.save({"iterations": harness.records},
+               OUT / f"run_{algorithm}{'_forced' if forced else ''}{'_batched' if batched_resets else ''}_lit-marl.pt")
     checks, summary = Checks(), []
     for i, (mine, theirs) in enumerate(zip(harness.records, ref["iterations"])):
         row: dict[str, Any] = {"iteration": i}
@@ -163,6 +177,10 @@ def run(algorithm: str, iterations: int, max_frames: int, forced: bool = False,
             else:
                 checks.close(name, a, b, RTOL, ATOL)
                 row[key] = (a.double() - b.double()).abs().max().item()
+        starts = episode_starts(mine["batch"]) & episode_starts(theirs["batch"])
+        a, b = mine["batch"]["agents/observation"][starts], theirs["batch"]["agents/observation"][starts]
+        checks.close(f"iteration {i}: observations where an episode starts ({int(starts.sum())})", a, b, RTOL, ATOL)
+        row["episode starts"] = (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
         for kind in ("loss_first", "loss_mean"):
             for term, value in theirs[kind].items():
                 if term in mine[kind]:
@@ -184,6 +202,14 @@ def run(algorithm: str, iterations: int, max_frames: int, forced: bool = False,
     return checks, summary
 
 
+def episode_starts(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Where a batch's step is the first of an episode that a partial reset started in the batch ([envs, steps])."""
+    done = batch["next/done"].reshape(batch["next/done"].shape[:2])
+    starts = torch.zeros_like(done)
+    starts[:, 1:] = done[:, :-1]
+    return starts
+
+
 def first_parting(checks: Checks) -> str | None:
     failed = checks.failed
     if not failed:
@@ -202,14 +228,19 @@ def main() -> int:
     parser.add_argument("--updates", type=int, default=None,
                         help="optimizer steps per iteration (off-policy) or epochs (on-policy) on both sides "
                              "(default: BenchMARL's)")
+    parser.add_argument("--batched_resets", action="store_true",
+                        help="lit-marl's default batched VMAS resets, BenchMARL's side given the same "
+                             "(default: per-environment resets on both sides)")
     args = parser.parse_args()
     failures = 0
     for algorithm in args.algorithms:
-        checks, summary = run(algorithm, args.iterations, args.max_frames, args.forced, args.updates)
+        checks, summary = run(algorithm, args.iterations, args.max_frames, args.forced, args.updates,
+                              args.batched_resets)
         OUT.mkdir(parents=True, exist_ok=True)
-        name = f"run_{algorithm}{'_forced' if args.forced else ''}.json"
+        name = f"run_{algorithm}{'_forced' if args.forced else ''}{'_batched' if args.batched_resets else ''}.json"
         (OUT / name).write_text(json.dumps({"checks": checks.rows, "summary": summary}, indent=1))
-        print(f"{algorithm}{' (forced batches)' if args.forced else ''}: {len(checks.rows) - len(checks.failed)}/"
+        print(f"{algorithm}{' (forced batches)' if args.forced else ''}"
+              f"{' (batched resets)' if args.batched_resets else ''}: {len(checks.rows) - len(checks.failed)}/"
               f"{len(checks.rows)} checks agree over {args.iterations} iterations")
         for row in summary:
             print("  " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))

@@ -14,13 +14,20 @@ The draws, per iteration ``i`` (the same on both sides):
   ``on_batch_collected`` callback): replay-buffer sampling, minibatch permutations and the losses' own draws (SAC's
   sampled actions) come from it.
 
+The environments' partial resets are torchrl 0.11's (``VmasEnv._reset``: VMAS's ``reset_at`` for each finished
+environment, one at a time), or with ``--batched_resets`` lit-marl's default way, patched into torchrl's ``VmasEnv``
+here by the harness's own equivalent (:func:`patch_batched_resets`): every batch-dimension tensor of the VMAS objects
+captured, VMAS's own batched ``Environment.reset()`` of all environments, then each captured tensor put back as
+``torch.where(finished, after_reset, before)``. The two ways draw the finished environments' starts differently from
+the same VMAS random state, so each side of the differential must reset the same way.
+
 Recorded per iteration: the collected batch (observations, actions, rewards, done and terminated), the mean of every
 loss term over the iteration's optimizer steps and the first step's terms, every parameter tensor of the loss
 (online and target networks) at the iteration's end, and the exploration value (noise scale or epsilon) the
 collection used. The initial weights are recorded too: lit-marl's side starts from them.
 
     .venv-benchmarl/bin/python benchmarks/vs_benchmarl/run_reference.py --algorithm iddpg --iterations 5 \
-        --reset_seeds 123 456 ... [--updates 100] --out run_iddpg.pt
+        --reset_seeds 123 456 ... [--updates 100] [--batched_resets] --out run_iddpg.pt
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from __future__ import annotations
 import argparse
 import random
 import tempfile
+import types
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +59,91 @@ def exploration_value(policy) -> float | None:
         if hasattr(layer, attr) and hasattr(layer, "step"):
             return float(getattr(layer, attr))
     return None
+
+
+def _walked(cls: type) -> bool:
+    """Whether the capture walks into a value of this class: lists, tuples and dicts; VMAS's objects (a scenario's
+    class is loaded from its file, its base class is VMAS's); any other plain object with attributes (not a class,
+    module or function)."""
+    if issubclass(cls, (list, tuple, dict)) or any((c.__module__ or "").startswith("vmas.") for c in cls.__mro__[:-1]):
+        return True
+    return getattr(cls, "__dictoffset__", 0) != 0 and not issubclass(
+        cls, (type, types.ModuleType, types.FunctionType, types.MethodType))
+
+
+def capture(root, num_envs: int, copy: bool) -> tuple[dict, dict]:
+    """The state of a VMAS environment by path: ``batched`` tensors (first dimension the batch, each as
+    ``(owner, key, tensor)``) and ``other`` values (tensors without the batch dimension, numbers, strings), copies
+    with ``copy``. A tensor held in a tuple counts as ``other`` (it cannot be put back)."""
+    batched, other, seen = {}, {}, set()
+
+    def walk(obj, where: str) -> None:
+        if id(obj) in seen or not _walked(type(obj)):
+            return
+        seen.add(id(obj))
+        if isinstance(obj, (list, tuple)):
+            items = [(i, i, v) for i, v in enumerate(obj)]
+        elif isinstance(obj, dict):  # keys may be objects (VMAS maps entities to indices): named by position
+            items = [(k if isinstance(k, (int, str)) else i, k, v) for i, (k, v) in enumerate(list(obj.items()))]
+        else:
+            items = [(k, k, v) for k, v in list(vars(obj).items())]
+        for label, key, value in items:
+            here = f"{where}.{label}"
+            if isinstance(value, torch.Tensor):
+                kept = value.detach().clone() if copy else value
+                if value.dim() >= 1 and value.shape[0] == num_envs and not isinstance(obj, tuple):
+                    batched[here] = (obj, key, kept)
+                else:
+                    other[here] = kept
+            elif isinstance(value, (bool, int, float, str)) or value is None:
+                other[here] = value
+            else:
+                walk(value, here)
+
+    walk(root, type(root).__name__)
+    return batched, other
+
+
+def patch_batched_resets() -> None:
+    """torchrl 0.11's ``VmasEnv._reset``, for a partial reset, resets all environments with VMAS's batched reset and
+    puts the unfinished ones back (lit-marl's default resets, written anew here: this venv never imports lit-marl).
+    Raises where the reset changes what cannot be put back per environment (a tensor appearing, or a value without
+    the batch dimension changing): lit-marl would reset that scenario per environment instead."""
+    from torchrl.envs.libs.vmas import VmasEnv
+
+    original = VmasEnv._reset
+
+    def _reset(self, tensordict=None, **kwargs):
+        reset = None if tensordict is None else tensordict.get("_reset", None)
+        if reset is None or self._env.grad_enabled:
+            return original(self, tensordict, **kwargs)
+        num_envs = self._env.num_envs
+        before, before_other = capture(self._env, num_envs, copy=True)
+        self._env.reset(return_observations=False)
+        after, after_other = capture(self._env, num_envs, copy=False)
+        if before.keys() != after.keys() or before_other.keys() != after_other.keys():
+            raise RuntimeError(f"a batched reset changed the simulator's layout: {before.keys() ^ after.keys()} "
+                               f"{before_other.keys() ^ after_other.keys()}")
+        for path, value in before_other.items():
+            now = after_other[path]
+            same = torch.equal(value, now) if isinstance(value, torch.Tensor) and isinstance(now, torch.Tensor) \
+                else type(value) is type(now) and value == now
+            if not same:
+                raise RuntimeError(f"a batched reset changed {path}, which has no batch dimension")
+        finished = reset.reshape(-1)
+        merged = {}
+        for path, (owner, key, now) in after.items():
+            if id(now) not in merged:  # two paths to one tensor: one result, still shared
+                mask = finished.reshape(-1, *([1] * (now.dim() - 1)))
+                merged[id(now)] = torch.where(mask, now, before[path][2])
+            if isinstance(owner, (list, dict)):
+                owner[key] = merged[id(now)]
+            else:
+                setattr(owner, key, merged[id(now)])
+        # torchrl's own reading of observations, done and infos, with no environment left to reset
+        return original(self, tensordict.clone(False).set("_reset", torch.zeros_like(reset)), **kwargs)
+
+    VmasEnv._reset = _reset
 
 
 class SeededCollector:
@@ -144,8 +237,12 @@ def main() -> None:
     parser.add_argument("--reset_seeds", type=int, nargs="+", required=True, help="one per iteration")
     parser.add_argument("--updates", type=int, default=None,
                         help="optimizer steps per iteration (off-policy) or epochs (on-policy); default: BenchMARL's")
+    parser.add_argument("--batched_resets", action="store_true",
+                        help="partial resets as lit-marl's default: VMAS's batched reset, unfinished envs put back")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    if args.batched_resets:
+        patch_batched_resets()
     recorder = Recorder()
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as folder:
@@ -161,7 +258,8 @@ def main() -> None:
     for record, value in zip(recorder.records, seeded.exploration):
         record["exploration"] = value
     torch.save({"meta": {"algorithm": args.algorithm, "iterations": args.iterations, "reset_seeds": args.reset_seeds,
-                         "updates": args.updates},
+                         "updates": args.updates,
+                         "batched_resets": args.batched_resets},
                 "params": initial, "iterations": recorder.records}, args.out)
     print(f"{args.algorithm}: {len(recorder.records)} iterations -> {args.out}")
 
