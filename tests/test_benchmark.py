@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -182,8 +183,9 @@ def test_one_launcher_per_benchmark_folder(tmp_path, capsys):
             main(["benchmark", "--config", str(grid)])
         err = capsys.readouterr().err
         assert exit_info.value.code == 2
-        assert (f"output_dir: {str(root)!r} is in use by another lit-marl benchmark launcher (pid {holder.pid}, "
-                f"holding {root / 'launcher.lock'}); allowed: one launcher per benchmark folder") in err, err
+        assert (f"output_dir: {str(root)!r} is in use by another lit-marl benchmark launcher (pid {holder.pid} on "
+                f"{socket.gethostname()}, holding {root / 'launcher.lock'}); allowed: one launcher per benchmark "
+                f"folder") in err, err
         assert not (root / "balance").exists()  # nothing of the runs written
         main(["benchmark", "--config", str(grid), "--status"])  # read-only: no lock needed
         assert "| balance | mappo | 0 | not started |" in capsys.readouterr().out
@@ -192,6 +194,22 @@ def test_one_launcher_per_benchmark_folder(tmp_path, capsys):
         holder.wait()
     with launcher_lock(root):  # the OS released it
         pass
+
+
+def test_a_folder_that_cannot_be_locked_is_said_and_the_launch_goes_on(tmp_path, monkeypatch, capsys):
+    """Some cluster file systems have no flock: a launch there is not refused, and says it is unguarded."""
+    import errno
+
+    from lit_marl.benchmark import grid
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(grid.fcntl, "flock", no_locks)
+    with grid.launcher_lock(tmp_path / "root"):
+        pass
+    assert ("launcher.lock cannot be locked (No locks available); a second launcher on this folder would not be "
+            "refused") in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

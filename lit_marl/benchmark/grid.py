@@ -50,6 +50,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -490,7 +491,8 @@ def launcher_lock(root: Path) -> Iterator[None]:
     """Hold the benchmark folder ``root`` for one launcher while it lives: an exclusive ``flock`` on
     ``root/launcher.lock``, which the OS releases when the process ends, however it ends (a killed launcher leaves no
     stale lock). Two launchers on one folder would train the same run folders at once; the second is refused by name,
-    with the holder's pid (the file's content). Reading the folder (``--status``) takes no lock."""
+    with the holder's pid and host (the file's content). Reading the folder (``--status``) takes no lock. A file
+    system without locks (some cluster file systems) is said once, and the launch goes on unguarded."""
     root.mkdir(parents=True, exist_ok=True)
     path = root / LAUNCHER_LOCK
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by the runs (Python's fds close on exec)
@@ -498,13 +500,17 @@ def launcher_lock(root: Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "not written yet"
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "not written yet"
             raise ConfigError(f"output_dir: {str(root)!r} is in use by another lit-marl benchmark launcher (pid "
                               f"{holder}, holding {path}); allowed: one launcher per benchmark folder: wait for it "
                               f"to end (--status shows each run), stop it, or give another name or --output_dir"
                               ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as err:  # ENOLCK, ENOSYS, EOPNOTSUPP: the file system has no flock
+            print(f"lit-marl: warning: {path} cannot be locked ({err.strerror or err}); a second launcher on this "
+                  f"folder would not be refused", file=sys.stderr)
+        else:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()} on {socket.gethostname()}\n".encode())
         yield
     finally:
         os.close(fd)  # releases the lock
