@@ -420,11 +420,12 @@ class Benchmark:
 
     def _stop(self, running: list[tuple[Run, subprocess.Popen, float, Any]], todo: list[Run],
               received: list[int]) -> None:
-        """The launcher got SIGTERM, SIGHUP or SIGINT (``received``): ask each running fit to stop (SIGTERM: it
-        finishes its iteration, saves ``last.ckpt`` and exits 143, or 130 after a Ctrl-C of its own), wait for them
-        (a second signal kills them at once: their checkpoints on disk are whole), say in one line what was stopped
-        and set :attr:`stopped_by` (``lit-marl benchmark`` exits 128 + its number, as ``fit`` does). Killed with
-        the launcher, they trained on as orphans."""
+        """The launcher got SIGTERM, SIGHUP or SIGINT (``received``; before, it died at once and its fits trained on
+        as orphans): ask each running fit to stop, wait for them (a second signal kills them at once: their
+        checkpoints on disk are whole), say in one line what was stopped and set :attr:`stopped_by` (``lit-marl
+        benchmark`` exits 128 + its number, as ``fit`` does). The fits get SIGTERM whatever the launcher got: each
+        finishes its iteration, saves ``last.ckpt`` and exits 143; a Ctrl-C at a terminal has reached them already
+        (one process group), and a second SIGINT would stop them without saving (they then exit 130)."""
         self.stopped_by = received[0]
         for _, proc, _, _ in running:
             proc.send_signal(signal.SIGTERM)
