@@ -75,7 +75,7 @@ def _out_of_range(name: str, annotation: Any) -> list[Any]:
     if int in kinds and float not in kinds and name not in ANY_INT:
         return [-1]
     if float in kinds:
-        return [-1.0, math.nan]
+        return [-1.0, math.nan, math.inf]
     if kinds & {list, tuple, collections.abc.Sequence} and any(int in typing.get_args(m) for m in members):
         return [[-1]]
     return []
