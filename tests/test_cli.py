@@ -318,10 +318,10 @@ def test_a_ctrl_c_says_the_true_state_of_the_checkpoints(tmp_path, monkeypatch):
     """Issue 34: Ctrl-C on benchmark and tune said 'no checkpoint of this run was written' while runs had their
     last.ckpt; so did fit when the signal came outside training after checkpoints were written."""
     from lit_marl.callbacks.preemption import Interrupts
-    from lit_marl.cli import what_was_left
+    from lit_marl.cli_signals import what_was_left
 
     Interrupts.reset()
-    monkeypatch.setattr("lit_marl.cli.NEW_RUN_FOLDERS", [tmp_path / "version_0"])
+    monkeypatch.setattr("lit_marl.cli_signals.NEW_RUN_FOLDERS", [tmp_path / "version_0"])
     assert "the same command continues the grid" in what_was_left("benchmark")
     assert "the same command continues it" in what_was_left("tune")
     assert what_was_left("fit") == "no checkpoint of this run was written"
