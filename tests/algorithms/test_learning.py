@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import lightning.pytorch as pl
 import pytest
-import torch
 
-from lit_marl.algorithms import MAPPO
-from lit_marl.data.evaluator import episode_returns
 from lit_marl.envs import VmasTask
+from lit_marl.algorithms import MAPPO
 from lit_marl.models import Mlp
+from tests.helpers.trivial import do_nothing_return, mean_return
 
 #: Measured on this 2-core machine (seeds 0, 1, 2): untrained ≈ -2, -8.5, -1.6; after 84k frames ≈ 35, 20,
 #: 25 with per-environment VMAS resets, and 31.4, 20.8, 25.4 with batched resets (the default since issue 33,
@@ -22,19 +21,17 @@ MARGIN = 15.0
 ITERATIONS = 14
 
 
-def _mean_return(model: MAPPO, episodes: int = 50) -> float:
-    rollout = model.evaluate(seed=12345, num_envs=episodes)
-    return torch.stack(list(episode_returns(model.groups, rollout).values())).mean().item()
-
-
 def returns_before_and_after(model, tmp_path) -> tuple[float, float]:
-    """The mean evaluation return (50 seeded episodes) before training and after ``fit`` to the model's budget."""
-    before = _mean_return(model)
+    """The mean evaluation return (50 seeded episodes) to beat and the one after ``fit`` to the model's budget. The one
+    to beat is the better of the untrained policy's (also a frozen one's: the episodes are seeded) and doing nothing's
+    (tests/helpers/trivial.py; on this balance task -1.43, the untrained policies -1.6 to -9.2)."""
+    before, nothing = mean_return(model), do_nothing_return(model)
     trainer = pl.Trainer(max_epochs=-1, gradient_clip_val=5.0, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
                          default_root_dir=tmp_path)
     trainer.fit(model)
-    return before, _mean_return(model)
+    print(f"untrained {before:.2f}, doing nothing {nothing:.2f}")
+    return max(before, nothing), mean_return(model)
 
 
 @pytest.mark.learning

@@ -12,7 +12,6 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lit_marl.algorithms import IQL, MAPPO, MASAC
-from lit_marl.data.evaluator import episode_returns
 from lit_marl.envs import PETTINGZOO_TASKS, PettingZooTask, Task
 from lit_marl.errors import ConfigError
 from lit_marl.models import Mlp
@@ -303,32 +302,31 @@ WIN_MARGIN = 0.10
 
 
 @pytest.mark.learning
-@pytest.mark.parametrize("seed", [1])
+@pytest.mark.long  # not honest within CI's time yet: see the xfail's reason
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 48: at these settings MAPPO does not beat doing nothing on simple_spread within CI's budget. Every agent "
+    "staying put scores -23.39 on these episodes; seeds 0/1/2 reached -27.1/-22.6/-22.9 after 21 iterations and "
+    "-19.1/-40.8/-32.3 after 41 (seed 1 collapses at lr 1e-3); at lr 3e-4 seed 0 reached -20.9 after 71. Strict: "
+    "once settings are found that pass, remove this mark"))
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_mappo_raises_the_return_on_simple_spread(tmp_path, seed):
-    """Measured (discrete, 25 steps, 1000 frames per iteration, deterministic evaluation of 20 seeded episodes; one
-    thread, 2026-12-06, about 40 s). After 20 iterations seeds 0-3: -33.4 -> -30.6, -58.3 -> -29.0, -44.1 -> -25.0,
-    -43.5 -> -37.8 (+2.8, +29.3, +19.0, +5.7); after 30: +7.4, +37.4, +11.1, +3.9. The greedy policy of the untrained
-    network is a fair one on seed 0, and there the gain over it appears only in the last iterations and hangs on float
-    rounding: it passed (+10.9) on AVX2 machines and failed (+2.8) in CI on an AVX-512 one. Seed 1 starts from a poor
-    greedy policy and gains +29.3 here, +28.8 with AVX2 kernels and +26.6 with SSE ones (ATEN_CPU_CAPABILITY,
-    DNNL_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS), against a margin of 3."""
+    """Seeds 0-2, chosen without looking at their start (an earlier version ran seed 1 only, whose untrained greedy
+    policy, -58.3, was the worst of four: its "rise" of +29 was mostly regression to doing nothing's -23.4). The rise
+    is measured from the better of the untrained policy and doing nothing (tests/helpers/trivial.py)."""
+    from tests.helpers.trivial import do_nothing_return, mean_return
+
     pl.seed_everything(seed)
     task = PettingZooTask("simple_spread", max_steps=25, continuous_actions=False)
     model = MAPPO(task, actor_model=Mlp([64, 64]), critic_model=Mlp([64, 64]), frames_per_batch=1000, num_envs=20,
                   n_minibatch_iters=10, minibatch_size=250, lr=1e-3, entropy_coef=0.01,
                   max_frames=1000 * SPREAD_ITERATIONS, seed=seed)
-
-    def mean_return() -> float:
-        rollout = model.evaluate(seed=12345, num_envs=20)
-        return torch.stack(list(episode_returns(model.groups, rollout).values())).mean().item()
-
-    before = mean_return()
+    before, nothing = mean_return(model, episodes=20), do_nothing_return(model, episodes=20)
     pl.Trainer(max_epochs=-1, gradient_clip_val=5.0, logger=False, enable_checkpointing=False,
                enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
                default_root_dir=tmp_path).fit(model)
-    after = mean_return()
-    print(f"simple_spread seed {seed}: mean evaluation return {before:.2f} -> {after:.2f}")
-    assert after - before >= SPREAD_MARGIN, f"seed {seed}: {before:.2f} -> {after:.2f}"
+    after = mean_return(model, episodes=20)
+    print(f"simple_spread seed {seed}: mean evaluation return {before:.2f} -> {after:.2f} (doing nothing {nothing:.2f})")
+    assert after - max(before, nothing) >= SPREAD_MARGIN, f"seed {seed}: {before:.2f} -> {after:.2f}"
 
 
 SPREAD_ITERATIONS = 20
