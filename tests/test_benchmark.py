@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -34,10 +33,8 @@ def test_benchmark_resumes_after_a_kill_without_repeating_finished_runs(tmp_path
     proc = subprocess.Popen([sys.executable, "-m", "lit_marl.cli", "benchmark", "--config", str(grid)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
     try:
-        deadline = time.time() + 120
-        while not (root / "seed_1" / "train" / "version_0" / "checkpoints" / "last.ckpt").is_file():
-            assert proc.poll() is None and time.time() < deadline, "the benchmark ended before it could be killed"
-            time.sleep(0.05)
+        wait_until((root / "seed_1" / "train" / "version_0" / "checkpoints" / "last.ckpt").is_file,
+                   "seed_1's first last.ckpt (the kill comes then)", process=proc)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the runner and its fit process
         proc.wait()
