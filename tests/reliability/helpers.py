@@ -28,6 +28,19 @@ def tiny_config(path: Path, **init_args) -> Path:
     return path
 
 
+def tiny_off_policy_config(path: Path) -> Path:
+    """:func:`tiny_config`'s run with MADDPG: two iterations, a checkpoint after each with its replay-buffer sidecar
+    (written before it)."""
+    config = yaml.safe_load(tiny_config(path).read_text())
+    init_args = config["model"]["init_args"]
+    for key in ("minibatch_size", "n_minibatch_iters"):
+        init_args.pop(key)
+    init_args.update(n_optimizer_steps=2, train_batch_size=16, memory_size=200)
+    config["model"]["class_path"] = "lit_marl.algorithms.MADDPG"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def run_dirs(root: Path = Path("runs")) -> list[Path]:
     return sorted(p.parent for p in root.glob("*/version_*/config.yaml"))
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import lightning.pytorch as pl
 import pytest
 import torch
-import yaml
 
 from lit_marl.algorithms import IQL, MAPPO
 from lit_marl.checkpoint import AtomicCheckpointIO, read_checkpoint
@@ -21,7 +20,7 @@ from lit_marl.cli import main
 from lit_marl.errors import CheckpointError
 from lit_marl.models import Mlp
 from tests.helpers.tiny import tiny_kwargs, tiny_task, tiny_trainer
-from tests.reliability.helpers import QUIET, expect_exit, run_dirs, tiny_config
+from tests.reliability.helpers import QUIET, expect_exit, run_dirs, tiny_config, tiny_off_policy_config
 
 
 @pytest.fixture(scope="module")
@@ -193,23 +192,11 @@ def test_missing_or_corrupt_buffer_sidecar_is_refused(off_policy_checkpoint, tmp
         assert sidecar.name in str(err.value)
 
 
-def _off_policy_config(path: Path) -> Path:
-    """tiny_config's run with MADDPG: two iterations, a checkpoint with replay buffers after each."""
-    config = yaml.safe_load(tiny_config(path).read_text())
-    init_args = config["model"]["init_args"]
-    for key in ("minibatch_size", "n_minibatch_iters"):
-        init_args.pop(key)
-    init_args.update(n_optimizer_steps=2, train_batch_size=16, memory_size=200)
-    config["model"]["class_path"] = "lit_marl.algorithms.MADDPG"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 def test_a_resume_refuses_a_damaged_sidecar_and_names_its_hard_link(capsys, tmp_path, monkeypatch):
     """last.ckpt's sidecar is the periodic checkpoint's file under a second name: bytes changed in one are changed in
     both, and the refusal (exit 2, before the run starts) says so, and where to resume from instead."""
     monkeypatch.chdir(tmp_path)
-    config = _off_policy_config(tmp_path / "maddpg.yaml")
+    config = tiny_off_policy_config(tmp_path / "maddpg.yaml")
     main(["fit", "--config", str(config), *QUIET])
     (run,) = run_dirs()
     last = run / "checkpoints" / "last.ckpt"

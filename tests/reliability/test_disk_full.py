@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import io
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +15,7 @@ from lit_marl import checkpoint as checkpoint_module
 from lit_marl.checkpoint import read_checkpoint
 from lit_marl.cli import main
 from tests.reliability.faulty import fill_disk_at_file
-from tests.reliability.helpers import QUIET, expect_exit, rows, run_dirs, tiny_config
+from tests.reliability.helpers import QUIET, expect_exit, rows, run_dirs, tiny_config, tiny_off_policy_config
 
 
 def test_unwritable_run_folder_is_refused_at_start(capsys, tmp_path, monkeypatch):
@@ -90,18 +89,6 @@ def _fill_disk_at_file(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
     fill_disk_at_file(n, lambda module, name, value: monkeypatch.setattr(module, name, value, raising=False))
 
 
-def _maddpg_config(path: Path) -> Path:
-    """tiny_config's run with MADDPG: each checkpoint has a replay-buffer sidecar, written before it."""
-    config = yaml.safe_load(tiny_config(path).read_text())
-    init_args = config["model"]["init_args"]
-    for key in ("minibatch_size", "n_minibatch_iters"):
-        init_args.pop(key)
-    init_args.update(n_optimizer_steps=2, train_batch_size=16, memory_size=200)
-    config["model"]["class_path"] = "lit_marl.algorithms.MADDPG"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 # files written, MAPPO: iteration 1 → frames_…40.ckpt (1), last.ckpt (2); iteration 2 → frames_…80.ckpt (3), last.ckpt
 # (4). MADDPG: a sidecar before each checkpoint, last.ckpt's a hard link to the periodic one's (not written again):
 # frames_…40's sidecar (1), frames_…40.ckpt (2), last.ckpt (3); frames_…80's sidecar (4), frames_…80.ckpt (5), last (6)
@@ -123,7 +110,7 @@ def test_a_disk_that_fills_at_any_checkpoint_write_exits_4_keeping_the_previous_
         capsys, tmp_path, monkeypatch, algorithm, n, failing, said, before):
     """Issue 48: torch.save's zip writer turns the failed write into a RuntimeError, which the handler of OSError
     never saw: exit 1 and two tracebacks, where the README promises exit 4, one line and the last checkpoint whole."""
-    config = tiny_config(tmp_path / "c.yaml") if algorithm == "MAPPO" else _maddpg_config(tmp_path / "c.yaml")
+    config = tiny_config(tmp_path / "c.yaml") if algorithm == "MAPPO" else tiny_off_policy_config(tmp_path / "c.yaml")
     with monkeypatch.context() as patch:
         _fill_disk_at_file(patch, n)
         err = expect_exit(capsys, ["fit", "--config", str(config), *QUIET], 4,
