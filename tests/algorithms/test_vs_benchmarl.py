@@ -127,6 +127,39 @@ def test_whole_iterations_train_as_benchmarl_on_the_same_draws(algorithm):
 
 
 @pytest.mark.benchmarl
+def test_whole_iterations_with_the_default_batched_resets_run_as_benchmarl_given_the_same_resets():
+    """Issue 48: lit-marl's default batched VMAS resets, and BenchMARL's side given the same whole-batch resets
+    (``run_reference.py --batched_resets``, the harness's own patch of torchrl 0.11's ``VmasEnv._reset``): lit-marl's
+    own collections end their episodes where BenchMARL's do and start the new ones at the same observations (drawn by
+    the resets alone), and the training on BenchMARL's batches ends every iteration with the same weights."""
+    checks, summary = _harness("run_compare").run("iddpg", ITERATIONS, 120_000, forced=True, updates=UPDATES["iddpg"],
+                                                  batched_resets=True)
+    trained = _trained_checks(checks)
+    assert len(trained) > 10 * ITERATIONS
+    assert all(r["ok"] for r in trained), [r for r in trained if not r["ok"]]
+    assert all(row["next/done"] == 0 for row in summary), summary
+    starts = [r for r in checks.rows if "where an episode starts" in r["check"]]
+    assert len(starts) == ITERATIONS and all(r["ok"] for r in starts), starts
+    assert all(row["episode starts"] == 0 for row in summary), summary  # the same draws: bitwise
+
+
+@pytest.mark.benchmarl
+def test_the_run_harness_sees_resets_made_another_way(monkeypatch):
+    """lit-marl's batched resets against BenchMARL's per-environment ones draw other starts: the harness must see it
+    in the episodes' starts and their ends, and nowhere in the training on BenchMARL's batches."""
+    run_harness = _harness("run_compare")
+    reference_run = run_harness.reference_run
+    monkeypatch.setattr(run_harness, "reference_run",
+                        lambda *args, batched_resets=False, **kwargs: reference_run(*args, **kwargs))
+    checks, summary = run_harness.run("iddpg", ITERATIONS, 120_000, forced=True, updates=UPDATES["iddpg"],
+                                      batched_resets=True)
+    failed = {r["check"] for r in checks.failed}
+    assert any("where an episode starts" in name for name in failed), failed
+    assert any("next/done" in name for name in failed), failed
+    assert all(r["ok"] for r in _trained_checks(checks)), [r for r in _trained_checks(checks) if not r["ok"]]
+
+
+@pytest.mark.benchmarl
 def test_the_run_harness_sees_a_target_network_that_moves_half_as_often(monkeypatch):
     """A loop defect one update cannot show: target networks moved after every other optimizer step."""
     from lit_marl.algorithms.off_policy import OffPolicyLearner
