@@ -115,7 +115,7 @@ def test_a_run_at_its_budget_without_finished_json_is_finished_not_failed(tmp_pa
     """A launcher stopped between a fit's end and its finished.json (killed, a job at its time limit): the next
     launch records the run as finished; before, it resumed it, the fit refused (nothing left to train) and the run
     was counted as failed. A checkpoint short of a raised budget still resumes."""
-    from lit_marl.benchmark.grid import at_budget
+    from lit_marl.benchmark.run_folder import at_budget
     from lit_marl.benchmark.slurm import FitRun, run_state
 
     grid = tiny_grid(tmp_path, seeds=[0])
@@ -157,7 +157,7 @@ def test_benchmark_runs_in_parallel_processes(tmp_path, capsys):
 _HOLD_THE_LOCK = """
 import sys
 from pathlib import Path
-from lit_marl.benchmark.grid import launcher_lock
+from lit_marl.benchmark.launcher import launcher_lock
 
 with launcher_lock(Path(sys.argv[1])):
     print("held", flush=True)
@@ -168,7 +168,7 @@ with launcher_lock(Path(sys.argv[1])):
 def test_one_launcher_per_benchmark_folder(tmp_path, capsys):
     """Issue 48: two launchers on one grid trained the same run folders at once. The second is refused by name, with
     the first's pid; --status still reads the folder; a launcher that dies leaves no stale lock."""
-    from lit_marl.benchmark.grid import launcher_lock
+    from lit_marl.benchmark.launcher import launcher_lock
 
     grid = tiny_grid(tmp_path, seeds=[0])
     root = tmp_path / "bench" / "tiny"
@@ -197,13 +197,13 @@ def test_a_folder_that_cannot_be_locked_is_said_and_the_launch_goes_on(tmp_path,
     """Some cluster file systems have no flock: a launch there is not refused, and says it is unguarded."""
     import errno
 
-    from lit_marl.benchmark import grid
+    from lit_marl.benchmark import launcher
 
     def no_locks(fd, operation):
         raise OSError(errno.ENOLCK, "No locks available")
 
-    monkeypatch.setattr(grid.fcntl, "flock", no_locks)
-    with grid.launcher_lock(tmp_path / "root"):
+    monkeypatch.setattr(launcher.fcntl, "flock", no_locks)
+    with launcher.launcher_lock(tmp_path / "root"):
         pass
     assert ("launcher.lock cannot be locked (No locks available); a second launcher on this folder would not be "
             "refused") in capsys.readouterr().err

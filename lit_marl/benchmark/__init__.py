@@ -3,6 +3,7 @@
 :mod:`~lit_marl.benchmark.command`."""
 
 from lit_marl.benchmark.command import main
-from lit_marl.benchmark.grid import FINISHED, RUN_CONFIG, Benchmark, Run, latest_checkpoint, summary_table
+from lit_marl.benchmark.grid import Benchmark, Run, summary_table
+from lit_marl.benchmark.run_folder import FINISHED, RUN_CONFIG, latest_checkpoint
 
 __all__ = ["Benchmark", "Run", "FINISHED", "RUN_CONFIG", "latest_checkpoint", "summary_table", "main"]

@@ -36,51 +36,40 @@ algorithm and task exists and fits) before any run starts. ``launcher: slurm`` (
 at its next checkpoint, and says what was stopped (exit 128 + the signal's number, as ``fit``). One launcher at a
 time per benchmark folder: a second (local or SLURM) is refused by name while the first lives (``launcher.lock``);
 ``--status`` and ``--dry_run`` only read.
+
+Here: the grid (:class:`Benchmark`, its :class:`Run` cells and their configs) and its local run loop. Beside it:
+the checks made before the first run (:mod:`~lit_marl.benchmark.checks`), what each run leaves in its folder
+(:mod:`~lit_marl.benchmark.run_folder`, shared with the SLURM launcher) and the launcher's lock and signal handling
+(:mod:`~lit_marl.benchmark.launcher`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import csv
-import fcntl
-import importlib
-import inspect
-import io
-import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 import traceback
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from lit_marl.algorithms.base import MarlAlgorithm
-from lit_marl.algorithms.registry import algorithms_by_name
+from lit_marl.benchmark.checks import (check_model_keys, check_run_config, checked_algorithm, checked_seeds,
+                                       checked_task, folder_name, mapping_of, read_mapping)
+from lit_marl.benchmark.launcher import STOP_SIGNALS, caught_signals, how_it_stopped, launcher_lock, stop_fits
+from lit_marl.benchmark.run_folder import (FINISHED, RUN_CONFIG, at_budget, final_metrics, fit_command,
+                                           latest_checkpoint, write_finished)
 from lit_marl.callbacks.preemption import signal_label
-from lit_marl.checkpoint import read_checkpoint
 from lit_marl.cli import main as cli_main
-from lit_marl.envs.base import Task
-from lit_marl.errors import ConfigError, did_you_mean, one_of, positive_int
-from lit_marl.evaluation.io import write_atomic, write_json
-from lit_marl.reading import json_kind, read_yaml
+from lit_marl.errors import ConfigError, one_of, positive_int
+from lit_marl.evaluation.io import write_atomic
 from lit_marl.slurm.jobs import INTERRUPTED_CODES
 from lit_marl.slurm.settings import LAUNCHERS, parse_settings
-from lit_marl.utils import die_with_parent, instantiate
+from lit_marl.utils import die_with_parent
 
-FINISHED = "finished.json"
-RUN_CONFIG = "run_config.yaml"
-#: held (``flock``) by the one launcher of a benchmark folder; it holds that launcher's pid
-LAUNCHER_LOCK = "launcher.lock"
 GRID_KEYS = ("name", "output_dir", "parallel", "seeds", "algorithms", "tasks", "overrides", "launcher", "slurm")
 
 
@@ -114,98 +103,6 @@ def _set_dotted(config: dict[str, Any], key: str, value: Any, source: str) -> No
     node[parts[-1]] = copy.deepcopy(value)
 
 
-def _mapping(value: Any, field_name: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"{field_name}: must be a mapping of dotted keys to values, got {value!r}")
-    return value
-
-
-def _check_model_keys(overrides: dict[str, Any], algorithm: type, where: str) -> None:
-    """``model.init_args.<name>`` overrides must name an argument of ``algorithm`` (else every run would fail at
-    its start, or a misspelt key would train with the default)."""
-    allowed = set(inspect.signature(algorithm.__init__).parameters) - {"self"}
-    for key in overrides:
-        parts = key.split(".")
-        if parts[:2] == ["model", "init_args"] and len(parts) > 2 and parts[2] not in allowed:
-            raise ConfigError(f"overrides: {key!r} ({where}) is not an argument of {algorithm.__name__}; "
-                              f"{did_you_mean(parts[2], allowed)}allowed: {', '.join(sorted(allowed))}")
-
-
-def _folder_name(field_name: str, value: Any) -> str:
-    """A grid, task or algorithm name, which names one folder under the output folder: refused where it is a path
-    (``name: ../x``, ``/tmp/x``, ``a/b``), which would write runs outside that folder or into another name's."""
-    text = str(value)
-    if text in ("", ".", "..") or any(sep in text for sep in ("/", "\\", "\0")):
-        raise ConfigError(f"{field_name}: {text!r} is not a folder name (each run goes to <output_dir>/<name>/<task>/"
-                          f"<algorithm>/seed_<s>, and a path would put it elsewhere); allowed: a name without '/' or "
-                          f"'\\', other than '.' and '..'")
-    return text
-
-
-#: the seeds Lightning's ``seed_everything`` takes (numpy's)
-MAX_SEED = 2**32 - 1
-
-
-def _seeds(seeds: Any) -> list[int]:
-    """The grid's seeds: distinct integers in [0, MAX_SEED]. A duplicate would run twice into one folder, and a seed
-    ``seed_everything`` refuses would fail each run at its start, hours into the grid."""
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
-                                                           for s in seeds):
-        raise ConfigError(f"seeds: must be a non-empty list of integers, got {seeds!r}")
-    for i, seed in enumerate(seeds):
-        if not 0 <= seed <= MAX_SEED:
-            raise ConfigError(f"seeds[{i}]: {seed} is out of range; allowed: integers in [0, {MAX_SEED}]")
-        if seed in seeds[:i]:
-            raise ConfigError(f"seeds[{i}]: {seed} is given twice (its runs would share the folder seed_{seed}); "
-                              f"allowed: distinct integers")
-    return seeds
-
-
-def _check_run_config(config: dict[str, Any], where: str, task: Task | None) -> None:
-    """What each run does first, done now for the grid, so that a value it would refuse is refused before the first
-    run starts, not once per run: ``lit-marl fit``'s own parsing of the run config (``--print_config``: every value's
-    type, the grid's overrides included) and, given the run's ``task`` (already probed), the algorithm built from it
-    (its own checks: ranges, settings that do not go together; its networks built from the task's specs, fractions of
-    a second). The grid's runs of one
-    algorithm on one task differ only in their seed and folder, so one check covers them all. A grid submitted to
-    SLURM is only parsed here: its runs are built on compute nodes, whose devices this machine may lack."""
-    with tempfile.TemporaryDirectory(prefix="lit-marl-grid-") as folder:
-        path = Path(folder) / RUN_CONFIG
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-        printed, errors = io.StringIO(), io.StringIO()
-        try:
-            with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors):
-                cli_main(["fit", "--config", str(path), "--print_config"])
-        except SystemExit as exit_:
-            if exit_.code not in (0, None):
-                said = errors.getvalue().strip().splitlines()
-                reason = said[0].removeprefix("lit-marl: error: ") if said else f"exit {exit_.code}"
-                raise ConfigError(f"{where}: lit-marl fit refuses its run config: {reason}") from None
-    if task is not None:
-        model = yaml.safe_load(printed.getvalue())["model"]
-        model["init_args"]["task"] = task  # the same task, built and probed once
-        try:
-            instantiate(model, MarlAlgorithm, "model")
-        except ConfigError as err:
-            raise ConfigError(f"{where}: lit-marl fit refuses its run config: {err}") from None
-
-
-def _read_yaml(path: Path, field_name: str) -> dict[str, Any]:
-    """A grid or base config: a YAML mapping, refused by name when missing, a folder, binary (a checkpoint), not YAML
-    or not a mapping."""
-    return read_yaml(path, f"{field_name}:", "a YAML file holding a mapping (a grid, or a lit-marl fit config)",
-                     lambda data: None if isinstance(data, dict) else f"{json_kind(data)}, not a mapping")
-
-
-def _resolve(path: str, grid_file: Path) -> Path:
-    candidate = Path(path)
-    if candidate.is_absolute() or candidate.exists():
-        return candidate
-    return grid_file.parent / candidate
-
-
 class Benchmark:
     """A parsed, checked grid. ``Benchmark(path).run()`` runs what is left of it.
 
@@ -221,27 +118,27 @@ class Benchmark:
         self.path = Path(path)
         #: the signal that stopped the last local launch (:meth:`run`), or None
         self.stopped_by: int | None = None
-        grid = _read_yaml(self.path, "config")
+        grid = read_mapping(self.path, "config")
         unknown = set(grid) - set(GRID_KEYS)
         if unknown:
             raise ConfigError(f"config: unknown grid keys {sorted(unknown)}; allowed: {', '.join(GRID_KEYS)}")
         self.launcher = one_of("launcher", launcher or grid.get("launcher", "local"), LAUNCHERS)
         self.slurm = parse_settings(grid.get("slurm"))  # checked whatever the launcher: a typo shows now
-        self.name = _folder_name("name", grid.get("name") or self.path.stem)
+        self.name = folder_name("name", grid.get("name") or self.path.stem)
         self.root = Path(output_dir or grid.get("output_dir", "runs/benchmarks")) / self.name
         self.parallel = positive_int("parallel", parallel if parallel is not None else grid.get("parallel", 1))
-        seeds = _seeds(grid.get("seeds", [0]))
+        seeds = checked_seeds(grid.get("seeds", [0]))
         for key in ("algorithms", "tasks"):
             if not isinstance(grid.get(key), dict) or not grid[key]:
                 raise ConfigError(f"{key}: the grid needs a mapping of names to {key}, got {grid.get(key)!r}")
         for key in ("algorithms", "tasks"):
             for name in grid[key]:
-                _folder_name(f"{key}.{name}", name)
-        overrides = _mapping(grid.get("overrides"), "overrides")
-        tasks = {name: self._task(name, value, set(grid["algorithms"])) for name, value in grid["tasks"].items()}
+                folder_name(f"{key}.{name}", name)
+        overrides = mapping_of(grid.get("overrides"), "overrides")
+        tasks = {name: checked_task(name, value, set(grid["algorithms"])) for name, value in grid["tasks"].items()}
         self.runs: list[Run] = []
         for alg_name, value in grid["algorithms"].items():
-            base, alg_overrides, algorithm = self._algorithm(alg_name, value)
+            base, alg_overrides, algorithm = checked_algorithm(alg_name, value, self.path)
             for task_name, (task_config, task, task_overrides, for_algorithm) in tasks.items():
                 supported = algorithm.supports_continuous_actions if task.continuous_actions \
                     else algorithm.supports_discrete_actions
@@ -250,59 +147,14 @@ class Benchmark:
                     raise ConfigError(f"algorithms.{alg_name}: {algorithm.__name__} does not take the {kind} actions "
                                       f"of task {task_name!r}; allowed: tasks with the actions it supports")
                 run_overrides = {**overrides, **alg_overrides, **task_overrides, **for_algorithm.get(alg_name, {})}
-                _check_model_keys(run_overrides, algorithm, f"{alg_name} on {task_name}")
+                check_model_keys(run_overrides, algorithm, f"{alg_name} on {task_name}")
                 for seed in seeds:
                     folder = self.root / task_name / alg_name / f"seed_{seed}"
                     config = self._run_config(base, task_config, seed, folder, run_overrides)
                     self.runs.append(Run(alg_name, task_name, seed, folder, config))
-                _check_run_config(self.runs[-1].config, f"algorithms.{alg_name} on tasks.{task_name}",
+                check_run_config(self.runs[-1].config, f"algorithms.{alg_name} on tasks.{task_name}",
                                   task if self.launcher == "local" else None)
 
-    # ---------------------------------------------------------------------- checks
-    def _task(self, name: str, value: Any, algorithms: set[str]
-              ) -> tuple[dict[str, Any], Task, dict[str, Any], dict[str, dict[str, Any]]]:
-        if not isinstance(value, dict) or "class_path" not in value:
-            raise ConfigError(f"tasks.{name}: must be a mapping with class_path and init_args, got {value!r}")
-        value = dict(value)
-        overrides = _mapping(value.pop("overrides", None), f"tasks.{name}.overrides")
-        for_algorithm = _mapping(value.pop("algorithm_overrides", None), f"tasks.{name}.algorithm_overrides")
-        for alg_name, alg_overrides in for_algorithm.items():
-            if alg_name not in algorithms:
-                raise ConfigError(f"tasks.{name}.algorithm_overrides: {alg_name!r} is not an algorithm of this grid; "
-                                  f"allowed: {', '.join(sorted(algorithms))}")
-            _mapping(alg_overrides, f"tasks.{name}.algorithm_overrides.{alg_name}")
-        try:
-            task = instantiate(value, Task, f"tasks.{name}")
-        except ConfigError as err:
-            raise ConfigError(f"tasks.{name}: unknown or invalid task: {err}") from None
-        except TypeError as err:
-            raise ConfigError(f"tasks.{name}: invalid init_args: {err}") from None
-        try:
-            task.specs  # a one-env probe: a bad scenario argument shows now, not hours into the grid
-        except ConfigError:
-            raise
-        except Exception as err:  # noqa: BLE001 (the simulator's own error, whatever its type)
-            raise ConfigError(f"tasks.{name}: {task.name} cannot be built with {value.get('init_args')}: {err}") from None
-        return copy.deepcopy(value), task, overrides, for_algorithm
-
-    def _algorithm(self, name: str, value: Any) -> tuple[dict[str, Any], dict[str, Any], type]:
-        if isinstance(value, str):
-            value = {"config": value}
-        if not isinstance(value, dict) or "config" not in value:
-            raise ConfigError(f"algorithms.{name}: must be a config path or {{config, overrides}}, got {value!r}")
-        base = _read_yaml(_resolve(str(value["config"]), self.path), f"algorithms.{name}.config")
-        overrides = _mapping(value.get("overrides"), f"algorithms.{name}.overrides")
-        class_path = str(overrides.get("model.class_path", (base.get("model") or {}).get("class_path", "")))
-        module_name, _, cls_name = class_path.rpartition(".")
-        try:
-            algorithm = getattr(importlib.import_module(module_name), cls_name)
-        except (ImportError, AttributeError, ValueError):
-            algorithm = None
-        if not (isinstance(algorithm, type) and issubclass(algorithm, MarlAlgorithm) and algorithm.algorithm_name):
-            known = ", ".join(f"{c.__module__}.{c.__name__}" for c in algorithms_by_name().values())
-            raise ConfigError(f"algorithms.{name}: unknown algorithm class_path {class_path!r} in {value['config']}; "
-                              f"allowed: a MarlAlgorithm subclass such as {known}")
-        return base, overrides, algorithm
 
     def _run_config(self, base: dict[str, Any], task: dict[str, Any], seed: int, folder: Path,
                     overrides: dict[str, Any]) -> dict[str, Any]:
@@ -377,7 +229,7 @@ class Benchmark:
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONPATH": python_path}
         running: list[tuple[Run, subprocess.Popen, float, Any]] = []
         received: list[int] = []  # a fit in this process (in_process) handles the signals itself
-        with _caught(() if in_process else STOP_SIGNALS, received):
+        with caught_signals(() if in_process else STOP_SIGNALS, received):
             while (todo or running) and not received:
                 self._step(todo, running, env, log, in_process, received)
             if received:
@@ -421,22 +273,10 @@ class Benchmark:
     def _stop(self, running: list[tuple[Run, subprocess.Popen, float, Any]], todo: list[Run],
               received: list[int]) -> None:
         """The launcher got SIGTERM, SIGHUP or SIGINT (``received``; before, it died at once and its fits trained on
-        as orphans): ask each running fit to stop, wait for them (a second signal kills them at once: their
-        checkpoints on disk are whole), say in one line what was stopped and set :attr:`stopped_by` (``lit-marl
-        benchmark`` exits 128 + its number, as ``fit`` does). The fits get SIGTERM whatever the launcher got: each
-        finishes its iteration, saves ``last.ckpt`` and exits 143; a Ctrl-C at a terminal has reached them already
-        (one process group), and a second SIGINT would stop them without saving (they then exit 130)."""
+        as orphans): stop each running fit (:func:`~lit_marl.benchmark.launcher.stop_fits`), say in one line what was
+        stopped and set :attr:`stopped_by` (``lit-marl benchmark`` exits 128 + its number, as ``fit`` does)."""
         self.stopped_by = received[0]
-        for _, proc, _, _ in running:
-            proc.send_signal(signal.SIGTERM)
-        killed = False
-        while any(proc.poll() is None for _, proc, _, _ in running):
-            if len(received) > 1 and not killed:
-                for _, proc, _, _ in running:
-                    if proc.poll() is None:
-                        proc.kill()
-                killed = True
-            time.sleep(0.2)
+        stop_fits([proc for _, proc, _, _ in running], received)
         stopped = []
         for run, proc, start, out in running:
             out.close()
@@ -445,133 +285,11 @@ class Benchmark:
                 self._finish(run, code, time.perf_counter() - start, lambda line: None)
             else:
                 run.status = "interrupted" if code in INTERRUPTED_CODES else "failed"
-            stopped.append(f"{run.name} {_stopped(code)}")
+            stopped.append(f"{run.name} {how_it_stopped(code)}")
         left = f"{len(todo)} run{'s' if len(todo) != 1 else ''} not started"
         print(f"lit-marl: benchmark {self.name} stopped by {signal_label(self.stopped_by)}: "
               f"{'; '.join(stopped) or 'no run was running'}; {left}; the same command continues the grid (finished "
               f"runs are skipped, interrupted ones resume from their last.ckpt)", file=sys.stderr, flush=True)
-
-
-#: what stops a local launch (:meth:`Benchmark._stop`); SIGUSR1 stays SLURM's, for ``fit`` itself
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
-
-
-@contextlib.contextmanager
-def _caught(signals: tuple[int, ...], received: list[int]) -> Iterator[None]:
-    """While in the block, each of ``signals`` (in the main thread; elsewhere none can be caught) is appended to
-    ``received`` instead of acting: the launcher's loop reads it between two polls of its runs."""
-    if threading.current_thread() is not threading.main_thread():
-        signals = ()
-    previous = {signum: signal.getsignal(signum) for signum in signals}
-    for signum in signals:
-        signal.signal(signum, lambda signum, frame: received.append(signum))
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-
-
-def _stopped(code: int) -> str:
-    """What a run's fit did when its launcher stopped it, from its exit code (``lit-marl fit``'s codes)."""
-    if code == 0:
-        return "had finished"
-    if code in (128 + signal.SIGTERM, 128 + signal.SIGUSR1):
-        return f"saved its last.ckpt and stopped (exit {code})"
-    if code == 128 + signal.SIGINT:
-        return f"stopped by Ctrl-C (exit {code}; its checkpoints on disk are whole)"
-    if code == -signal.SIGKILL:
-        return "was killed by a second signal (its checkpoints on disk are whole)"
-    if code < 0:
-        return f"ended by {signal.Signals(-code).name} outside its training loop, with nothing to save (exit {code})"
-    return f"FAILED (exit {code}; see its train.log)"
-
-
-@contextlib.contextmanager
-def launcher_lock(root: Path) -> Iterator[None]:
-    """Hold the benchmark folder ``root`` for one launcher while it lives: an exclusive ``flock`` on
-    ``root/launcher.lock``, which the OS releases when the process ends, however it ends (a killed launcher leaves no
-    stale lock). Two launchers on one folder would train the same run folders at once; the second is refused by name,
-    with the holder's pid and host (the file's content). Reading the folder (``--status``) takes no lock. A file
-    system without locks (some cluster file systems) is said once, and the launch goes on unguarded."""
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / LAUNCHER_LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by the runs (Python's fds close on exec)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 200).decode(errors="replace").strip() or "not written yet"
-            raise ConfigError(f"output_dir: {str(root)!r} is in use by another lit-marl benchmark launcher (pid "
-                              f"{holder}, holding {path}); allowed: one launcher per benchmark folder: wait for it "
-                              f"to end (--status shows each run), stop it, or give another name or --output_dir"
-                              ) from None
-        except OSError as err:  # ENOLCK, ENOSYS, EOPNOTSUPP: the file system has no flock
-            print(f"lit-marl: warning: {path} cannot be locked ({err.strerror or err}); a second launcher on this "
-                  f"folder would not be refused", file=sys.stderr)
-        else:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()} on {socket.gethostname()}\n".encode())
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def latest_checkpoint(folder: Path) -> Path | None:
-    """The ``last.ckpt`` of the newest ``train/version_<n>`` of a run folder that has one (a resume starts there)."""
-    checkpoints = sorted(folder.glob("train/version_*/checkpoints/last.ckpt"),
-                         key=lambda p: int(p.parent.parent.name.split("_")[1]))
-    return checkpoints[-1] if checkpoints else None
-
-
-def max_frames_of(config: dict[str, Any]) -> int | None:
-    """A run config's frame budget: ``model.init_args.max_frames``, else its algorithm's default."""
-    model = config.get("model") or {}
-    init_args = model.get("init_args") or {}
-    if init_args.get("max_frames") is not None:
-        return int(init_args["max_frames"])
-    module_name, _, cls_name = str(model.get("class_path", "")).rpartition(".")
-    try:
-        algorithm = getattr(importlib.import_module(module_name), cls_name)
-        default = inspect.signature(algorithm.__init__).parameters["max_frames"].default
-    except (ImportError, AttributeError, ValueError, KeyError):
-        return None
-    return None if default is inspect.Parameter.empty or default is None else int(default)
-
-
-def at_budget(checkpoint: Path, config: dict[str, Any]) -> bool:
-    """Whether ``checkpoint`` (a run's newest ``last.ckpt``) has collected the run config's ``max_frames``: the run
-    finished. An unreadable checkpoint is not (the resume refuses it by name)."""
-    budget = max_frames_of(config)
-    if budget is None:
-        return False
-    try:
-        frames = int(read_checkpoint(checkpoint)["lit_marl"].get("frames", 0))
-    except (ConfigError, OSError, KeyError, TypeError, ValueError):
-        return False
-    return frames >= budget
-
-
-def fit_command(folder: Path, resumed_from: Path | None) -> list[str]:
-    """The ``lit-marl fit`` process of one run (every launcher starts this one)."""
-    cmd = [sys.executable, "-m", "lit_marl.cli", "fit", "--config", str(folder / RUN_CONFIG)]
-    if resumed_from is not None:
-        cmd += ["--ckpt_path", str(resumed_from)]
-    return cmd
-
-
-def write_finished(folder: Path, started: float | None, seconds: float | None, resumed_from: Path | None,
-                   recorded_late: bool = False) -> dict[str, Any]:
-    """``finished.json`` of a run whose ``fit`` ended with exit 0 (a later launch skips the run); returns it. With
-    ``recorded_late``, written by a later launch that found the run's ``last.ckpt`` at its budget (its launcher was
-    stopped between the fit's end and this file): ``resumed_from`` is then that checkpoint, the times unknown."""
-    info = {**final_metrics(folder), "started": started, "ended": None if recorded_late else time.time(),
-            "seconds": seconds, "resumed_from": None if resumed_from is None or recorded_late else str(resumed_from)}
-    if recorded_late:
-        info["recorded_late"] = True
-        info["checkpoint"] = str(resumed_from)
-    write_json(folder / FINISHED, info)
-    return info
 
 
 def _fit_in_process(args: list[str]) -> int:
@@ -585,27 +303,6 @@ def _fit_in_process(args: list[str]) -> int:
         return 1
     return 0
 
-
-def final_metrics(folder: Path) -> dict[str, Any]:
-    """Frames and last ``val/return`` from the newest metrics.csv, and the absolute metric, of one run."""
-    info: dict[str, Any] = {}
-    for metrics in sorted(folder.glob("train/version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1])):
-        for row in csv.DictReader(open(metrics)):
-            if row.get("counters/frames"):
-                info["frames"] = int(float(row["counters/frames"]))
-            if row.get("val/return"):
-                info["val_return"] = float(row["val/return"])
-    marl_eval = folder / "marl_eval.json"
-    if marl_eval.is_file():
-        data = json.loads(marl_eval.read_text())
-        for env in data.values():
-            for task in env.values():
-                for alg in task.values():
-                    for seed in alg.values():
-                        if "absolute_metrics" in seed:
-                            returns = seed["absolute_metrics"]["return"]
-                            info["absolute_return"] = sum(returns) / len(returns)
-    return info
 
 
 def summary_table(runs: list[Run]) -> str:

@@ -23,8 +23,10 @@ import yaml
 from typing_extensions import override
 
 from lit_marl.atomic import write_atomic, write_json
-from lit_marl.benchmark.grid import (FINISHED, RUN_CONFIG, Benchmark, Run, at_budget, final_metrics, fit_command,
-                                     latest_checkpoint, launcher_lock, summary_table, write_finished)
+from lit_marl.benchmark.grid import Benchmark, Run, summary_table
+from lit_marl.benchmark.launcher import launcher_lock
+from lit_marl.benchmark.run_folder import (FINISHED, RUN_CONFIG, at_budget, final_metrics, fit_command,
+                                           latest_checkpoint, write_finished)
 from lit_marl.errors import ConfigError
 from lit_marl.slurm.jobs import (INTERRUPTED_CODES, PENDING_STATES, RUNNING_STATES, Watched, array_job_id, queued,
                                  read_jobs, record_jobs, wait_for)
