@@ -123,6 +123,7 @@ def test_whole_iterations_train_as_benchmarl_on_the_same_draws(algorithm):
     assert len(trained) > 10 * ITERATIONS
     assert all(r["ok"] for r in trained), [r for r in trained if not r["ok"]]
     assert all(row["next/done"] == 0 for row in summary), summary
+    assert all(row["episode starts"] == 0 for row in summary), summary  # the same per-environment reset draws
     assert all(all(v is None for k, v in row.items() if k.startswith("first step apart")) for row in summary)
 
 
