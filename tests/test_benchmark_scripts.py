@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # every stage of benchmarks/gpu.py at tiny sizes: 15-30 s
 def test_the_gpu_script_runs_on_cpu_with_tiny_sizes_and_writes_its_numbers(tmp_path):
     out = tmp_path / "gpu.json"
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu.sh"), "--tiny", "--out", str(out)],

@@ -17,6 +17,7 @@ def _text(cell) -> str:
     return "".join(parts)
 
 
+@pytest.mark.slow  # the notebook trains and reports a small grid: 20-40 s
 def test_benchmark_notebook_executes(tmp_path):
     pytest.importorskip("av")
     notebook = nbformat.read(ROOT / "notebooks" / "benchmark.ipynb", as_version=4)
