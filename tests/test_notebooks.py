@@ -9,6 +9,7 @@ from nbclient import NotebookClient
 from tests.helpers.tiny import ROOT
 
 
+@pytest.mark.slow  # trains 36,000 frames and resumes: 20-45 s
 @pytest.mark.parametrize("name", ["quickstart.ipynb"])
 def test_notebook_executes(name, tmp_path):
     notebook = nbformat.read(ROOT / "notebooks" / name, as_version=4)
