@@ -106,7 +106,11 @@ def run_benchmarl(algorithm: str, seed: int, frames: int, eval_every: int) -> di
 
 #: lit-marl's sides: how each starts ``lit-marl`` (the shipped entry point, or with one environment stream)
 LIT_MARL_SIDES = {"lit-marl": ["-m", "lit_marl.cli"],
-                  "lit-marl-one-stream": [str(ROOT / "benchmarks" / "vs_benchmarl" / "one_stream.py")]}
+                  "lit-marl-one-stream": [str(ROOT / "benchmarks" / "vs_benchmarl" / "one_stream.py")],
+                  "lit-marl-per-env-resets": ["-m", "lit_marl.cli"]}
+#: what a side adds to the shipped config: ``lit-marl-per-env-resets`` resets each finished VMAS environment on its
+#: own (``task.batched_resets: false``, as torchrl's VmasEnv does) instead of one batched reset (issue 48 item 5)
+SIDE_OVERRIDES = {"lit-marl-per-env-resets": ["--model.init_args.task.init_args.batched_resets", "false"]}
 SIDES = ["benchmarl", *LIT_MARL_SIDES]
 
 
@@ -117,7 +121,7 @@ def run_lit_marl(algorithm: str, seed: int, frames: int, eval_every: int,
     _, _, config, extra = ALGORITHMS[algorithm]
     with _run_folder(workdir, f"{side}_{algorithm}_seed{seed}") as folder:
         subprocess.run([sys.executable, *LIT_MARL_SIDES[side], "fit", "--config", str(ROOT / "configs" / config),
-                        *extra, "--seed_everything", str(seed), "--model.init_args.max_frames", str(frames),
+                        *extra, *SIDE_OVERRIDES.get(side, []), "--seed_everything", str(seed), "--model.init_args.max_frames", str(frames),
                         "--trainer.check_val_every_n_epoch", str(eval_every // FRAMES_PER_BATCH),
                         "--checkpoint.every_n_epochs", "100000", "--trainer.default_root_dir", folder,
                         "--trainer.enable_progress_bar", "false"], check=True, cwd=ROOT,
