@@ -34,7 +34,8 @@ class CriticFirstLoop(OnPolicyLoop):
 
     # The run takes a loop's sizes from the parameters of the loop's own __init__ (after ``run``): each is declared
     # here, the inherited ones included, and documented above.
-    def __init__(self, run: Any, n_minibatch_iters: int = 45, minibatch_size: int = 400, critic_epochs: int = 1) -> None:
+    def __init__(self, run: Any, n_minibatch_iters: int = 45, minibatch_size: int = 400,
+                 critic_epochs: int = 1) -> None:
         self.critic_epochs = non_negative_int("critic_epochs", critic_epochs)
         super().__init__(run, n_minibatch_iters, minibatch_size)
         #: whether the minibatch being trained trains only the critics (set as each minibatch is handed out)
