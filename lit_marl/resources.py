@@ -80,6 +80,25 @@ def transition_bytes(specs, group: str) -> int:
     return 2 * observed + _group_bytes(specs.action_spec, group)
 
 
+#: the evaluations' episode counts and what they are called, by ``Evaluation`` prefix
+EVALUATIONS = {"val": ("evaluation_episodes", "validation"), "test": ("test_episodes", "test")}
+
+
+def evaluation_need(model, prefix: str, world_size: int, env_device: torch.device
+                    ) -> tuple[str, Any, int, str, torch.device]:
+    """``(field, value, bytes, what, device)`` of one evaluation (``prefix`` ``val`` or ``test``): every episode of
+    this process's share is kept whole (``[num_envs, max_steps]`` rollouts) until the evaluation ends, for
+    ``on_evaluation_end`` (``eval_info.json``, marl-eval, the collective return), so the batches of
+    ``evaluation_batch_size`` bound the environments stepped at once, not the memory; named by the episode count."""
+    field, name = EVALUATIONS[prefix]
+    value = getattr(model, field)
+    episodes = max(1, value // world_size)
+    parallel = min(episodes, model.evaluation_batch_size)
+    return (field, value, episodes * model.task.max_steps * step_bytes(model.task.specs),
+            f"the {name} rollouts ({episodes} episodes of max_steps={model.task.max_steps} steps, {parallel} at once, "
+            f"each kept until the {name} ends)", env_device)
+
+
 def memory_needs(model, world_size: int, env_device: torch.device,
                  train_device: torch.device) -> list[tuple[str, Any, int, str, torch.device]]:
     """``(field, value, bytes, what, device)`` for each part of one process's memory that the run's settings decide."""
@@ -88,15 +107,7 @@ def memory_needs(model, world_size: int, env_device: torch.device,
               "environments (one step's tensors per environment)", env_device),
              ("frames_per_batch", model.frames_per_batch, model.frames_per_batch // world_size * step,
               "the collected batch", env_device)]
-    # validation: evaluation_batch_size episodes (at most this process's share) rolled out whole, beside the
-    # training environments; named by the field that sets their number
-    episodes = max(1, model.evaluation_episodes // world_size)
-    parallel = min(episodes, model.evaluation_batch_size)
-    field = ("evaluation_batch_size" if model.evaluation_batch_size < model.evaluation_episodes
-             else "evaluation_episodes")
-    needs.append((field, getattr(model, field), parallel * model.task.max_steps * step,
-                  f"the validation rollout ({parallel} episodes of max_steps={model.task.max_steps} steps at once)",
-                  env_device))
+    needs.append(evaluation_need(model, "val", world_size, env_device))
     for group, learner in model.learners.items():
         if learner.on_policy:
             continue
@@ -113,7 +124,22 @@ def check_memory(model, world_size: int, env_device: torch.device, train_device:
                  available: dict[torch.device, int | None] | None = None) -> None:
     """Refuse settings whose environments, collected batch and replay memory cannot fit the memory available now on
     their device, naming the largest part with its number and what would fit."""
-    needs = memory_needs(model, world_size, torch.device(env_device), torch.device(train_device))
+    refuse_needs(memory_needs(model, world_size, torch.device(env_device), torch.device(train_device)), available,
+                 "nothing was collected")
+
+
+def check_evaluation_memory(model, prefix: str, world_size: int, env_device: torch.device,
+                            available: dict[torch.device, int | None] | None = None) -> None:
+    """Before ``lit-marl validate`` (``prefix`` ``val``) or ``test`` (``test``) rolls anything out: refuse an episode
+    count whose rollouts cannot fit the memory available now, naming it with what would fit."""
+    refuse_needs([evaluation_need(model, prefix, world_size, torch.device(env_device))], available,
+                 "nothing was rolled out")
+
+
+def refuse_needs(needs: list[tuple[str, Any, int, str, torch.device]],
+                 available: dict[torch.device, int | None] | None, nothing: str) -> None:
+    """Refuse ``needs`` (:func:`memory_needs`' tuples) whose sum on a device passes :data:`MEMORY_SHARE` of the memory
+    available there, naming the largest with its number and what would fit; ``nothing``: what was not done."""
     for device in {need[4] for need in needs}:
         here = [need for need in needs if need[4] == device]
         free = available_memory(device) if available is None else available.get(device)
@@ -125,11 +151,11 @@ def check_memory(model, world_size: int, env_device: torch.device, train_device:
         parts = "; ".join(f"{f} {v}: {size(n)}" for f, v, n, _, _ in here)
         raise ConfigError(
             f"model.init_args.{field}: {value} needs at least {size(largest)} of {device.type} memory for {what}, "
-            f"{size(total)} in all ({parts}), but {size(free)} is available; nothing was collected. Allowed: {field} "
+            f"{size(total)} in all ({parts}), but {size(free)} is available; {nothing}. Allowed: {field} "
             f"up to about {fits}, or a machine with more memory"
             + ("; buffer_device: disk keeps the replay memory in a file" if field == "memory_size" else "")
-            + ("; evaluation_batch_size rolls the evaluation episodes out that many at a time"
-               if field == "evaluation_episodes" else ""))
+            + ("; a smaller evaluation_batch_size does not help (every episode is kept until the end)"
+               if field in ("evaluation_episodes", "test_episodes") else ""))
 
 
 def replay_disk_needs(model) -> list[tuple[str, int]]:
@@ -196,12 +222,18 @@ def check_disk(model, folder: Path, every_n_epochs: int, copies: int, world_size
             f"(trainer.logger.init_args.save_dir or trainer.default_root_dir)")
 
 
-def check_resources(model, trainer) -> None:
-    """Before ``fit`` collects anything (``MarlAlgorithm.setup``): memory for the environments, the collected batch
-    and the replay memory on their devices, and free disk for the first checkpoint where one is configured."""
+def check_resources(model, trainer, stage: str = "fit") -> None:
+    """Before ``fit`` collects anything (``MarlAlgorithm.setup``): memory for the environments, the collected batch,
+    the validation rollouts and the replay memory on their devices, and free disk for the first checkpoint where one
+    is configured. Before ``validate`` or ``test`` rolls anything out: memory for its rollouts."""
     world_size = max(1, trainer.world_size)
     train_device = trainer.strategy.root_device
     env_device = torch.device(model.sampling_device) if model.sampling_device else train_device
+    if stage in ("validate", "test"):
+        check_evaluation_memory(model, "val" if stage == "validate" else "test", world_size, env_device)
+        return
+    if stage != "fit":
+        return
     check_memory(model, world_size, env_device, train_device)
     check_replay_disk(model, Path(trainer.log_dir or trainer.default_root_dir) / "replay_buffers",
                       max(1, world_size // max(1, trainer.num_nodes)))

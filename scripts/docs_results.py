@@ -267,7 +267,7 @@ def ceiling(row: dict) -> float:
 def families() -> str:
     m = load("speed_collection")["families"]
     rows = [[f"{r['family']} (`{r['config']}`)", r["envs"], thousands(r["fps"]), f"{r['resets']} %",
-             f"{r['simulator']} %", f"{r['lit_marl']} %", f"{r['torchrl']} %", f"{r['torch']} %", f"{r['builtins']} %"]
+             f"{r['simulator']} %" + (f" (+{r['simulator_other']} % other)" if r.get("simulator_other") else ""), f"{r['lit_marl']} %", f"{r['torchrl']} %", f"{r['torch']} %", f"{r['builtins']} %"]
             for r in m["rows"]]
     return (table(["family (config)", "envs", "frames/s", "resets", "simulator", "lit-marl", "tensordict + torchrl",
                    "torch", "builtins"], rows) + f"\n{m['setup']}\n\n" + provenance(m, "speed_collection.yaml"))

@@ -320,8 +320,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         check_strategy(self.trainer)
         check_gradient_clipping(self.trainer.gradient_clip_val, self.trainer.gradient_clip_algorithm)
         check_shares(self, self.world_size, stage)
-        if stage == "fit":
-            check_resources(self, self.trainer)
+        check_resources(self, self.trainer, stage)  # fit: its memory and disk; validate, test: the rollouts' memory
         prepare_checkpoints(self.trainer, self)
 
     @override

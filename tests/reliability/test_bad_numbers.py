@@ -8,6 +8,7 @@ small are refused at start instead of after the first iteration's work."""
 
 from __future__ import annotations
 
+import json
 from collections import namedtuple
 from pathlib import Path
 
@@ -170,8 +171,11 @@ def test_hasac_n_step_reaching_an_iterations_steps_per_env_is_refused_before_any
 
 @pytest.mark.parametrize(("args", "field"), [
     (["--model.init_args.evaluation_episodes", "10000000"], "evaluation_episodes: 10000000"),
-    (["--model.init_args.evaluation_episodes", "10000000", "--model.init_args.evaluation_batch_size", "1000000"],
-     "evaluation_batch_size: 1000000"),
+    # every validation rollout is kept until the validation ends (on_evaluation_end gets them all), so batches of 10
+    # bound the environments stepped at once, not the memory: before, this was accepted (one batch's rollout fit) and
+    # the validation's kept rollouts grew past the memory
+    (["--model.init_args.evaluation_episodes", "1000000", "--model.init_args.evaluation_batch_size", "10"],
+     "evaluation_episodes: 1000000"),
 ])
 def test_a_validation_rollout_beyond_the_memory_names_the_evaluation_field(tmp_path, capsys, monkeypatch, args,
                                                                            field):
@@ -185,6 +189,48 @@ def test_a_validation_rollout_beyond_the_memory_names_the_evaluation_field(tmp_p
                       "nothing was collected", unchanged=None)
     assert "Traceback" not in err and "num_envs" not in _first_line(err).split("Allowed:")[1]
     assert run_dirs(tmp_path / "runs") == []
+
+
+@pytest.fixture
+def no_rollout(monkeypatch):
+    """Neither an evaluation's batches (a list of every batch's seed) nor a rollout may be built."""
+    monkeypatch.setattr("lit_marl.algorithms.evaluation.EvaluationBatches",
+                        lambda *a, **k: pytest.fail("the evaluation's batches were built"))
+    monkeypatch.setattr(Evaluation, "rollout", lambda *a, **k: pytest.fail("a rollout started"))
+
+
+@pytest.mark.parametrize(("command", "args", "field"), [
+    ("test", ["--model.init_args.test_episodes", "1000000000"], "test_episodes: 1000000000"),
+    ("test", ["--model.init_args.test_episodes", "1000000000", "--model.init_args.evaluation_batch_size",
+              "1000000000"], "test_episodes: 1000000000"),
+    ("test", ["--model.init_args.test_episodes", "1000000", "--model.init_args.evaluation_batch_size", "10"],
+     "test_episodes: 1000000"),
+    ("validate", ["--model.init_args.evaluation_episodes", "1000000000"], "evaluation_episodes: 1000000000"),
+], ids=lambda value: " ".join(value) if isinstance(value, list) else value)
+def test_a_test_or_validate_beyond_the_memory_is_refused_before_any_rollout(tmp_path, capsys, monkeypatch, no_rollout,
+                                                                           command, args, field):
+    """Before: ``lit-marl test --model.init_args.test_episodes 1000000000`` built a list of 10**8 batches' seeds (about
+    25 GB; under ``ulimit -v 6000000`` a MemoryError traceback after 43 s, without one the machine's memory), and a
+    count whose rollouts, each kept until the test ends, pass the memory grew until they did. Now the setup refuses it
+    with the memory fit's validation uses, what fits, and nothing written."""
+    monkeypatch.setattr(resources, "available_memory", lambda device: 10 ** 9)
+    err = expect_exit(capsys, [command, "--config", str(tiny_config(tmp_path / "c.yaml")), *QUIET, *args], 2,
+                      f"lit-marl: error: model.init_args.{field} needs at least", "nothing was rolled out",
+                      "a smaller evaluation_batch_size does not help", unchanged=None)
+    assert "Traceback" not in err
+    fits = int(err.split("up to about ")[1].split(",")[0])
+    assert 0 < fits < int(field.split(": ")[1])
+    assert run_dirs(tmp_path / "runs") == []
+
+
+def test_a_huge_evaluation_batch_size_alone_just_works(tmp_path, capsys):
+    """A batch larger than the test's episodes rolls them out in one batch: nothing to refuse."""
+    main(["test", "--config", str(tiny_config(tmp_path / "c.yaml")), *QUIET, "--model.init_args.test_episodes", "3",
+          "--model.init_args.evaluation_batch_size", "1000000000"])
+    err = capsys.readouterr().err
+    assert "lit-marl: error" not in err and "Traceback" not in err
+    info = json.loads(next((tmp_path / "runs").rglob("eval_info.json")).read_text())
+    assert info["aggregated"]["episodes"] == 3
 
 
 def _tiny_off_policy(path: Path, **init_args) -> Path:
