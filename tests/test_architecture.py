@@ -1,5 +1,5 @@
-"""The layering the design promises (docs/design-notes.md, README "How it fits together"), checked on the source:
-file sizes, which package may import which, and ``@override`` on every overridden method."""
+"""The layering the design promises (docs/concepts/architecture.md, "Rooms and the rules between them"), checked on
+the source: file sizes, which package may import which, and ``@override`` on every overridden method."""
 
 from __future__ import annotations
 

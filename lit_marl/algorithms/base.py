@@ -5,8 +5,8 @@ checkpoints and counters) holding one learner per agent group (:class:`~lit_marl
 what that group learns) in ``learners`` and three collaborators: its training loop (``loop``), its collection
 (``collection``: every env of the run, the training envs, one batch per iteration) and its evaluation
 (``evaluation``: validation and test rollouts). Envs and collectors are built lazily, on first use, and never become
-submodules. One Lightning epoch is one collection iteration (DESIGN.md §2); the Trainer owns backward, precision and
-checkpoints.
+submodules. One Lightning epoch is one collection iteration; the Trainer owns backward, precision and checkpoints
+(docs/concepts/architecture.md).
 
 A concrete algorithm names its learner class, e.g. ``class MAPPO(MarlAlgorithm): learner_class = PPO``; the learner
 names the training loop the run holds (``self.loop``, :mod:`lit_marl.algorithms.loops`: Lightning's training data);

@@ -320,7 +320,7 @@ class SequentialAgents(TrainingLoop):
         return self.on_policy or phase is None or phase.closes
 
 
-# ------------------------------------------------------------------ the data the loops iterate (DESIGN.md §2)
+# ------------------------------------------------------------------ the data the loops iterate
 class Collects(Protocol):
     """The run's collection (:class:`~lit_marl.algorithms.collection.Collection`) as the loops use it."""
 

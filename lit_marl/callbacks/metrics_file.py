@@ -17,8 +17,9 @@ class MetricsFileRepair(pl.Callback):
     """Keeps every iteration's training row in ``metrics.csv`` across kills and resumes.
 
     Lightning rewrites ``metrics.csv`` in place when a column appears (made atomic here), and writes an iteration's
-    training row to the loggers only after ``ModelCheckpoint`` saved (design note 21): a run killed between the two
-    leaves a checkpoint whose row exists nowhere, and the resumed run starts with the next iteration. So every
+    training row to the loggers only after ``ModelCheckpoint`` saved (docs/concepts/design-notes.md, note 21): a run
+    killed between the two leaves a checkpoint whose row exists nowhere, and the resumed run starts with the next
+    iteration. So every
     checkpoint carries the module's last ``iteration_row`` (``checkpoint["lit_marl"]["iteration_row"]``), and a
     resumed run whose checkpoint's own run folder lacks that row logs it first, at its original step.
     """
