@@ -140,12 +140,13 @@ def learning_summary() -> str:
     rows = []
     for name, current, row in headline_rows():
         last5 = next((r for r in current["rows"] if r["point"] == "last5"), None)
-        rows.append([NAMES[name], len(row["benchmarl"]), row["point"], f"{row['benchmarl_mean']:.2f}",
-                     f"{row['lit_marl_mean']:.2f}", with_ci(row["difference"], row["ci"]), f"{row['p_better']:.2f}",
-                     _verdict(row), with_ci(last5["difference"], last5["ci"]) if last5 else "—", current["date"]])
-    return table(["algorithm", "seeds", "frames", "BenchMARL", "lit-marl", "difference [95 % CI]", "P(lit-marl better)",
-                  "learns as well", "training side: last 5 collections", "measured"], rows) + (
-        "\n*Data: `benchmarks/results/learning_vs_benchmarl.yaml`.*\n")
+        rows.append([NAMES[name], len(row["benchmarl"]), row["point"],
+                     f"{row['benchmarl_mean']:.2f} / {row['lit_marl_mean']:.2f}", with_ci(row["difference"], row["ci"]),
+                     f"{row['p_better']:.2f}", _verdict(row),
+                     with_ci(last5["difference"], last5["ci"]) if last5 else "—"])
+    return table(["algorithm", "seeds", "frames", "mean: BenchMARL / lit-marl", "difference [95 % CI]",
+                  "P(lit-marl better)", "learns as well", "training side: difference [95 % CI]"], rows) + (
+        "\n*Data: `benchmarks/results/learning_vs_benchmarl.yaml` (dates and machines: below).*\n")
 
 
 def learning_seeds() -> str:
@@ -154,12 +155,12 @@ def learning_seeds() -> str:
     for name in ALGORITHMS:
         current = d[name]["current"]
         rows = [[POINTS.get(r["point"], r["point"]), len(r["benchmarl"]), per_seed(r["benchmarl"]),
-                 per_seed(r["lit_marl"]), f"{r['benchmarl_mean']:.2f}", f"{r['lit_marl_mean']:.2f}",
+                 per_seed(r["lit_marl"]), f"{r['benchmarl_mean']:.2f} / {r['lit_marl_mean']:.2f}",
                  with_ci(r["difference"], r["ci"]), f"{r['p_better']:.2f}", _verdict(r)] for r in current["rows"]]
         parts.append(f"**{NAMES[name]}** — {current['resets']}." + (f" {current['note']}" if current.get("note") else "")
-                     + "\n\n" + table(["frames", "seeds", "BenchMARL per seed", "lit-marl per seed", "BenchMARL mean",
-                                       "lit-marl mean", "difference [95 % CI]", "P(lit-marl better)", "learns as well"],
-                                      rows)
+                     + "\n\n" + table(["frames", "seeds", "BenchMARL per seed", "lit-marl per seed",
+                                       "mean: BenchMARL / lit-marl", "difference [95 % CI]", "P(lit-marl better)",
+                                       "learns as well"], rows)
                      + "\n" + provenance(current, "learning_vs_benchmarl.yaml"))
     return "\n".join(parts)
 
@@ -171,9 +172,9 @@ def learning_earlier() -> str:
         for m in d[name].get("earlier", []):
             for r in m["rows"]:
                 rows.append([NAMES[name], m["date"], POINTS.get(r["point"], r["point"]), len(r["benchmarl"]),
-                             f"{r['benchmarl_mean']:.2f}", f"{r['lit_marl_mean']:.2f}",
+                             f"{r['benchmarl_mean']:.2f} / {r['lit_marl_mean']:.2f}",
                              with_ci(r["difference"], r["ci"]), _verdict(r), m["why_superseded"]])
-    return table(["algorithm", "measured", "frames", "seeds", "BenchMARL", "lit-marl", "difference [95 % CI]",
+    return table(["algorithm", "measured", "frames", "seeds", "mean: BenchMARL / lit-marl", "difference [95 % CI]",
                   "learns as well", "superseded because"], rows)
 
 

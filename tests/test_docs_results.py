@@ -143,8 +143,8 @@ def test_spot_checks_of_generated_figures(generated):
     def page(name):
         return (generated / f"{name}.md").read_text()
 
-    assert "| QMIX | 16 | 120k | 8.89 | 7.07 | -1.82 [-7.63, +4.06] | 0.43 | yes |" in page("results_learning_summary")
-    assert "| MADDPG | 3 | 120k | -0.57 | 12.13 | +12.70 [+2.30, +22.60] |" in page("results_learning_summary")
+    assert "| QMIX | 16 | 120k | 8.89 / 7.07 | -1.82 [-7.63, +4.06] | 0.43 | yes |" in page("results_learning_summary")
+    assert "| MADDPG | 3 | 120k | -0.57 / 12.13 | +12.70 [+2.30, +22.60] |" in page("results_learning_summary")
     assert "| QMIX | 97/97 | 1.5e-8 |" in page("results_differential_update")
     assert "| lit-marl, batched resets (the default) | 2.82 | 5.99 | 8.81 | 1.33× |" in page("results_iteration")
     assert "1.47× / 1.42×" in page("results_iteration")
