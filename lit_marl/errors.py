@@ -7,6 +7,8 @@ the field, the value and what is allowed.
 from __future__ import annotations
 
 import collections.abc
+import contextlib
+import contextvars
 import difflib
 import math
 import types
@@ -163,14 +165,32 @@ def did_you_mean(name: str, choices, cutoff: float = 0.5, prefix: str = "") -> s
     return f"did you mean {', '.join(repr(prefix + c) for c in close)}? " if close else ""
 
 
+#: set while a config for another machine is checked (:func:`devices_elsewhere`)
+_DEVICES_ELSEWHERE = contextvars.ContextVar("devices_elsewhere", default=False)
+
+
+@contextlib.contextmanager
+def devices_elsewhere():
+    """While in the block, :func:`device_name` checks a device name's form only: the config is checked here for
+    another machine (a SLURM grid's runs, built on compute nodes whose devices a login node may lack)."""
+    token = _DEVICES_ELSEWHERE.set(True)
+    try:
+        yield
+    finally:
+        _DEVICES_ELSEWHERE.reset(token)
+
+
 def device_name(field: str, value: str | None) -> str | None:
-    """A device name, refused by name where it does not exist on this machine."""
+    """A device name, refused by name where it does not exist on this machine (or, in :func:`devices_elsewhere`,
+    where it is no device name)."""
     if value is None:
         return None
     try:
         device = torch.device(value)
     except (RuntimeError, TypeError):
         raise ConfigError(f"{field}: {value!r} is not a device; allowed: cpu, cuda, cuda:<index>, mps") from None
+    if _DEVICES_ELSEWHERE.get():
+        return str(device)
     if device.type == "cuda" and (not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()):
         raise ConfigError(f"{field}: {value!r} but this machine has {torch.cuda.device_count()} CUDA device(s); "
                           f"allowed: cpu{', cuda' if torch.cuda.is_available() else ''}")

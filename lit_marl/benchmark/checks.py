@@ -20,8 +20,9 @@ from lit_marl.algorithms.base import MarlAlgorithm
 from lit_marl.algorithms.registry import algorithms_by_name
 from lit_marl.benchmark.run_folder import RUN_CONFIG
 from lit_marl.cli import main as cli_main
+from lit_marl.cli_args import check_numbers
 from lit_marl.envs.base import Task
-from lit_marl.errors import MAX_SEED, ConfigError, did_you_mean
+from lit_marl.errors import MAX_SEED, ConfigError, devices_elsewhere, did_you_mean
 from lit_marl.reading import json_kind, read_yaml
 from lit_marl.utils import instantiate
 
@@ -136,14 +137,15 @@ def checked_algorithm(name: str, value: Any, grid_file: Path) -> tuple[dict[str,
     return base, overrides, algorithm
 
 
-def check_run_config(config: dict[str, Any], where: str, task: Task | None) -> None:
+def check_run_config(config: dict[str, Any], where: str, task: Task, devices_here: bool = True) -> None:
     """What each run does first, done now for the grid, so that a value it would refuse is refused before the first
-    run starts, not once per run: ``lit-marl fit``'s own parsing of the run config (``--print_config``: every value's
-    type, the grid's overrides included) and, given the run's ``task`` (already probed), the algorithm built from it
-    (its own checks: ranges, settings that do not go together; its networks built from the task's specs, fractions of
-    a second). The grid's runs of one
-    algorithm on one task differ only in their seed and folder, so one check covers them all. A grid submitted to
-    SLURM is only parsed here: its runs are built on compute nodes, whose devices this machine may lack."""
+    run starts (or, on SLURM, before anything is submitted), not once per run: ``lit-marl fit``'s own parsing of the
+    run config (``--print_config``: every value's type, the grid's overrides included), its check of Lightning's
+    numbers (ranges of the Trainer's and checkpoint's settings, the seed) and the algorithm built from it on the run's
+    ``task`` (already probed; the algorithm's own checks: ranges, settings that do not go together; its networks built
+    from the task's specs, fractions of a second). The grid's runs of one algorithm on one task differ only in their
+    seed and folder, so one check covers them all. ``devices_here`` false (a SLURM grid, whose runs are built on
+    compute nodes this machine's devices may differ from): a device name is checked for its form only."""
     with tempfile.TemporaryDirectory(prefix="lit-marl-grid-") as folder:
         path = Path(folder) / RUN_CONFIG
         path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -156,10 +158,12 @@ def check_run_config(config: dict[str, Any], where: str, task: Task | None) -> N
                 said = errors.getvalue().strip().splitlines()
                 reason = said[0].removeprefix("lit-marl: error: ") if said else f"exit {exit_.code}"
                 raise ConfigError(f"{where}: lit-marl fit refuses its run config: {reason}") from None
-    if task is not None:
-        model = yaml.safe_load(printed.getvalue())["model"]
-        model["init_args"]["task"] = task  # the same task, built and probed once
-        try:
+    parsed = yaml.safe_load(printed.getvalue())
+    model = parsed["model"]
+    model["init_args"]["task"] = task  # the same task, built and probed once
+    try:
+        check_numbers(parsed)  # lit-marl fit checks them once parsed; --print_config exits before
+        with contextlib.nullcontext() if devices_here else devices_elsewhere():
             instantiate(model, MarlAlgorithm, "model")
-        except ConfigError as err:
-            raise ConfigError(f"{where}: lit-marl fit refuses its run config: {err}") from None
+    except ConfigError as err:
+        raise ConfigError(f"{where}: lit-marl fit refuses its run config: {err}") from None

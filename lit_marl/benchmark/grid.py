@@ -152,8 +152,8 @@ class Benchmark:
                     folder = self.root / task_name / alg_name / f"seed_{seed}"
                     config = self._run_config(base, task_config, seed, folder, run_overrides)
                     self.runs.append(Run(alg_name, task_name, seed, folder, config))
-                check_run_config(self.runs[-1].config, f"algorithms.{alg_name} on tasks.{task_name}",
-                                  task if self.launcher == "local" else None)
+                check_run_config(self.runs[-1].config, f"algorithms.{alg_name} on tasks.{task_name}", task,
+                                 devices_here=self.launcher == "local")
 
 
     def _run_config(self, base: dict[str, Any], task: dict[str, Any], seed: int, folder: Path,

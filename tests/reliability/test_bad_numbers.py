@@ -9,6 +9,7 @@ small are refused at start instead of after the first iteration's work."""
 from __future__ import annotations
 
 import json
+import os
 from collections import namedtuple
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from lit_marl.algorithms.evaluation import Evaluation
 from lit_marl.callbacks import EvaluationReport
 from lit_marl.cli import LitMarlCLI, main
 from lit_marl.errors import ConfigError
+from tests.helpers.runs import tiny_grid
 from tests.helpers.tiny import CONFIGS
 from tests.reliability.helpers import QUIET, expect_exit, run_dirs, tiny_config
 
@@ -258,3 +260,55 @@ def test_a_replay_memory_on_a_disk_too_small_is_refused_by_name(tmp_path, capsys
     assert run_dirs(tmp_path / "runs") == []
     fits = int(err.split("up to about ")[1].split(",")[0])
     assert 0 < fits < 1_000_000
+
+
+def _fake_slurm(folder: Path, calls: Path) -> None:
+    """sinfo, squeue, scontrol and sbatch stand-ins on PATH; sbatch appends each call to ``calls`` (a submission
+    answers as SLURM does, so submitit takes it)."""
+    folder.mkdir()
+    sbatch = (f'echo "sbatch $*" >> {calls}\n'
+              'case "$*" in *--test-only*) echo "sbatch: Job 1 to start" >&2;; *) echo "Submitted batch job 42";; esac')
+    for name, body in {"sinfo": "echo debug", "squeue": "true", "scontrol": "true", "sbatch": sbatch}.items():
+        (folder / name).write_text(f"#!/bin/sh\n{body}\n")
+        (folder / name).chmod(0o700)
+
+
+# a SLURM grid's runs were only parsed before submitting (value types); ranges showed on the compute nodes, after
+# queueing, once per run. Now they are checked as for a local launch (which missed Lightning's numbers too: --print_config
+# exits before fit checks them), before sbatch is called at all
+@pytest.mark.parametrize("launcher", ["slurm", "local"])
+@pytest.mark.parametrize(("overrides", "fragment"), [
+    ({"model.init_args.lr": -1}, "lr: must be a positive finite number, got -1"),
+    ({"model.init_args.max_frames": -5}, "max_frames: must be a positive integer, got -5"),
+    ({"trainer.max_epochs": -5}, "trainer.max_epochs: must be -1 (no limit"),
+    ({"checkpoint.every_n_epochs": -3}, "checkpoint.every_n_epochs: must be a number of iterations >= 0"),
+    ({"model.init_args.sampling_device": "cuda:x"}, "sampling_device: 'cuda:x' is not a device"),
+], ids=lambda value: ",".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else "")
+def test_a_grids_override_out_of_range_is_refused_before_anything_is_submitted(tmp_path, capsys, monkeypatch, launcher,
+                                                                               overrides, fragment):
+    calls = tmp_path / "sbatch_calls.txt"
+    _fake_slurm(tmp_path / "bin", calls)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr("lit_marl.benchmark.grid.Benchmark.run", lambda *a, **k: pytest.fail("a local run started"))
+    grid = tiny_grid(tmp_path, launcher=launcher, overrides={"model.init_args.max_frames": 400, **overrides})
+    err = expect_exit(capsys, ["benchmark", "--config", str(grid)], 2,
+                      f"lit-marl: error: algorithms.mappo on tasks.balance: lit-marl fit refuses its run config: "
+                      f"{fragment}", unchanged=None)
+    assert "Traceback" not in err
+    assert not calls.exists(), calls.read_text()  # sbatch never called, not even its --test-only
+    assert not (tmp_path / "bench").exists()
+
+
+def test_a_slurm_grids_devices_are_the_compute_nodes(tmp_path, capsys, monkeypatch):
+    """A device this machine lacks (a login node without GPUs) is the nodes' to have: submitted, not refused."""
+    calls = tmp_path / "sbatch_calls.txt"
+    _fake_slurm(tmp_path / "bin", calls)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 0)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    grid = tiny_grid(tmp_path, launcher="slurm", overrides={"model.init_args.max_frames": 400,
+                                                            "model.init_args.sampling_device": "cuda:1"})
+    main(["benchmark", "--config", str(grid)])
+    assert "lit-marl: error" not in capsys.readouterr().err
+    submitted = [line for line in calls.read_text().splitlines() if "--test-only" not in line]
+    assert len(submitted) == 1 and "submission_file" in submitted[0]
