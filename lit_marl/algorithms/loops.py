@@ -410,8 +410,20 @@ def replay_minibatches(run: OffPolicySource, steps: int, batch_size: int) -> Ite
 
 
 def loop_sizes(loop: type[TrainingLoop]) -> list[str]:
-    """The arguments that size ``loop`` (those of its ``__init__`` after the run)."""
-    return [name for name in inspect.signature(loop.__init__).parameters if name not in ("self", "run")]
+    """The arguments that size ``loop``: those of its ``__init__`` after the run, and, where that ``__init__`` takes
+    ``**kwargs``, those of the next class up whose ``__init__`` receives them (as the run's own signature follows
+    them: a loop subclass that forwards ``**kwargs`` still gets the sizes its base declares)."""
+    names: list[str] = []
+    for klass in loop.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None:
+            continue
+        parameters = list(inspect.signature(init).parameters.values())
+        names += [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+                  and p.name not in ("self", "run") and p.name not in names]
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            break
+    return names
 
 
 def loop_kind(learner: type) -> tuple[type[TrainingLoop], bool, bool]:

@@ -105,3 +105,28 @@ def test_a_deep_copy_trains_the_tensors_its_losses_read(name):
         assert {p.data_ptr() for p in module.policies["agents"].parameters()} <= loss_tensors
     assert not any(p.data_ptr() == q.data_ptr() for p, q in zip(model.parameters(), copied.parameters()))
     torch.testing.assert_close(dict(model.state_dict()), dict(copied.state_dict()))
+
+
+def test_a_loop_subclass_that_forwards_kwargs_gets_its_base_sizes():
+    """A loop subclass whose ``__init__`` takes ``**kwargs`` for its base receives the sizes the base declares (the
+    run's signature offers them: before, ``minibatch_size`` was offered but never reached the loop, and a run of 40
+    frames was refused for the default minibatch of 400)."""
+    from lit_marl.algorithms import OnPolicyLoop
+    from lit_marl.algorithms.loops import loop_sizes
+    from lit_marl.algorithms.ppo import PPO
+
+    class WarmLoop(OnPolicyLoop):
+        def __init__(self, run, warm_epochs: int = 1, **kwargs) -> None:
+            self.warm_epochs = warm_epochs
+            super().__init__(run, **kwargs)
+
+    assert loop_sizes(WarmLoop) == ["warm_epochs", "n_minibatch_iters", "minibatch_size"]
+
+    class WarmPPO(PPO):
+        loop = WarmLoop
+
+    class WarmMAPPO(MAPPO):
+        learner_class = WarmPPO
+
+    model = WarmMAPPO(tiny_task(), **tiny_kwargs(minibatch_size=20, warm_epochs=2))
+    assert (model.loop.minibatch_size, model.loop.warm_epochs) == (20, 2)
