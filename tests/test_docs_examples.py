@@ -1,4 +1,4 @@
-"""Every example in the documentation runs as written (tests/docs/examples.py: which blocks, and how a ``lit-marl``
+"""Every example in the documentation runs as written (tests/helpers/docs_examples.py: which blocks, and how a ``lit-marl``
 line is kept small): each page's Python blocks in one process, each ``lit-marl`` line of a bash block through bash,
 in a fresh folder holding ``configs/``, with real finished runs behind the placeholders ``runs/<run>``, ``runs/<a>``,
 ``runs/<b>`` and ``<eval>``."""
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.examples import ROOT, command_lines, pages, python_pages, skipped_blocks
+from tests.helpers.docs_examples import ROOT, command_lines, pages, python_pages, skipped_blocks
 
 pytestmark = pytest.mark.docs
 
-SMALL_LIT_MARL = Path(__file__).with_name("lit_marl_small.py")
+SMALL_LIT_MARL = Path(__file__).parent / "helpers" / "lit_marl_small.py"
 #: the tiny run behind ``runs/<run>``: quickstart's MAPPO on balance, one 20-frame iteration
 TINY = ["--model.init_args.num_envs", "2", "--model.init_args.frames_per_batch", "20",
         "--model.init_args.minibatch_size", "20", "--model.init_args.max_frames", "20",
@@ -32,7 +32,7 @@ def _env(bin_dir: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def bin_dir(tmp_path_factory) -> Path:
-    """A folder whose ``lit-marl`` is tests/docs/lit_marl_small.py."""
+    """A folder whose ``lit-marl`` is tests/helpers/lit_marl_small.py."""
     folder = tmp_path_factory.mktemp("bin")
     script = folder / "lit-marl"
     script.write_text(f"#!/bin/sh\nexec {sys.executable} {SMALL_LIT_MARL} \"$@\"\n")

@@ -1,5 +1,5 @@
 """``lit-marl`` as the docs tests run it (put first on PATH as ``lit-marl``): the command as written, with what keeps
-it small appended (tests/docs/examples.py says what). Run as ``python lit_marl_small.py <lit-marl arguments>``."""
+it small appended (tests/helpers/docs_examples.py says what). Run as ``python lit_marl_small.py <lit-marl arguments>``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.docs.examples import small_fit_overrides  # noqa: E402
+from tests.helpers.docs_examples import small_fit_overrides  # noqa: E402
 
 
 def _value(args: list[str], flag: str) -> str | None:
