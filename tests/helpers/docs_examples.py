@@ -97,9 +97,15 @@ def commands(block: Block) -> list[str]:
 
 
 def command_lines() -> list[tuple[Block, str]]:
-    """Every ``lit-marl`` command line the docs show in a bash block that is not left out."""
-    return [(block, command) for page in pages() for block in blocks(page)
-            if block.language in ("bash", "sh", "shell") and block.skip is None for command in commands(block)]
+    """Every ``lit-marl`` command line the docs show in a bash block that is not left out, each distinct command
+    once (where several pages show the same line, the first place)."""
+    seen: dict[str, Block] = {}
+    for page in pages():
+        for block in blocks(page):
+            if block.language in ("bash", "sh", "shell") and block.skip is None:
+                for command in commands(block):
+                    seen.setdefault(" ".join(command.split("#")[0].split()), block)
+    return [(block, command) for command, block in seen.items()]
 
 
 def skipped_blocks() -> list[Block]:
