@@ -116,6 +116,9 @@ class LitMarlCLI(LightningCLI):
 
     @override
     def add_arguments_to_parser(self, parser) -> None:
+        """lit-marl's arguments beside Lightning's: ``checkpoint.*`` (a ``ModelCheckpoint``, by default every 20
+        iterations, the 3 newest kept by frame count, and ``last.ckpt``), ``evaluation.*`` (what ``lit-marl test``
+        writes), ``--nan_policy``, and ``seed_everything`` linked to the model's ``seed``."""
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         # what `lit-marl test` writes (eval_info.json, videos); inert in fit and validate
         parser.add_lightning_class_args(EvaluationReport, "evaluation")
@@ -153,6 +156,8 @@ class LitMarlCLI(LightningCLI):
 
     @override
     def instantiate_classes(self) -> None:
+        """Build the Trainer, model and callbacks, then print what the command line's simulator arguments changed
+        (once the config has built, not before a refusal of the same arguments)."""
         super().instantiate_classes()
         for line in getattr(self, "_notices", ()):
             print(line, file=sys.stderr)

@@ -30,6 +30,8 @@ class Configurable:
     """
 
     def to_config(self) -> dict[str, Any]:
+        """This object as ``{"class_path", "init_args"}``, the shape jsonargparse reads from YAML: checkpoints store the
+        task this way, and a checkpoint of another task is refused when it is loaded."""
         cls = _user_class(type(self))
         init_args = {}
         for name, param in inspect.signature(cls.__init__).parameters.items():

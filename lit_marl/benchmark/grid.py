@@ -89,6 +89,7 @@ class Run:
 
     @property
     def name(self) -> str:
+        """``<task>/<algorithm>/seed_<n>``: how the launcher's log names the run."""
         return f"{self.task}/{self.algorithm}/seed_{self.seed}"
 
 
@@ -195,6 +196,8 @@ class Benchmark:
             run.status = "skipped"
 
     def command(self, run: Run) -> list[str]:
+        """The ``lit-marl fit`` process of ``run`` (resuming from its last checkpoint where it has one), as every
+        launcher starts it."""
         return fit_command(run.folder, run.resumed_from)
 
     def _finish(self, run: Run, returncode: int, seconds: float, log) -> None:

@@ -48,6 +48,7 @@ class CollectiveReward(MarlCallback):
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Refuse by name, before the first collection, a task whose observations hold no collective reward to read."""
         # the task is checked before the first collection, not after it
         collective_reward(pl_module.task, pl_module.task.specs.observation_spec.zero())
 
@@ -59,6 +60,7 @@ class CollectiveReward(MarlCallback):
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Log the iteration's mean collective reward per step (``collection/collective_reward/reward_mean``)."""
         if self._count:
             pl_module.log("collection/collective_reward/reward_mean", self._sum / self._count, on_step=False,
                           on_epoch=True, sync_dist=True)

@@ -83,6 +83,8 @@ class EvaluationReport(MarlCallback):
 
     @override
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Before any test episode: refuse by name videos that cannot be written (no video encoder, a task that cannot
+        render here) and a missing ``scipy`` for the statistics, then start the clock."""
         # --evaluation.videos, or the model's test_videos (--model.init_args.test_videos)
         field = "evaluation.videos" if self.videos else "model.init_args.test_videos"
         self._videos = self.videos or int(getattr(pl_module, "test_videos", 0))
@@ -94,6 +96,7 @@ class EvaluationReport(MarlCallback):
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Before training: refuse validation videos (``val_video_every``) for a task that cannot render here."""
         require_renderer("evaluation.val_video_every", self.val_video_every, pl_module.task)
 
     @override

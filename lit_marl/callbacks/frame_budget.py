@@ -14,6 +14,7 @@ class FrameBudget(pl.Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Stop at once when a resumed run has already spent its budget."""
         if pl_module.frames >= pl_module.max_frames:
             rank_zero_info(f"lit-marl: frame budget max_frames={pl_module.max_frames} already reached "
                            f"({pl_module.frames})")
@@ -21,5 +22,6 @@ class FrameBudget(pl.Callback):
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Stop after the iteration whose collection reached ``max_frames``."""
         if pl_module.frames >= pl_module.max_frames:
             trainer.should_stop = True

@@ -79,6 +79,7 @@ class MarlEvalJson(MarlCallback):
 
     # ---------------------------------------------------------------------- file
     def file(self, trainer: pl.Trainer) -> Path:
+        """The JSON file this run writes: ``path``, else ``marl_eval.json`` in the run folder."""
         if self._file is None:
             if self.path is not None:
                 self._file = Path(self.path)
@@ -110,6 +111,8 @@ class MarlEvalJson(MarlCallback):
     # ---------------------------------------------------------------------- hooks
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Read the file this run continues (its own, or a resumed run's), dropping evaluations after the resumed frame
+        count (they are redone)."""
         if trainer.is_global_zero:
             self._load(trainer, pl_module)
 
@@ -130,6 +133,8 @@ class MarlEvalJson(MarlCallback):
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Re-evaluate the best validated weights on ``absolute_factor`` times the evaluation episodes and write them as
+        ``absolute_metrics`` (not when a signal stopped the run to be resumed: its real end comes later)."""
         if not trainer.is_global_zero or self.data is None or not self.absolute_factor or self.best_weights is None:
             return
         if getattr(pl_module, "stopped_by_signal", None) is not None:
@@ -153,11 +158,13 @@ class MarlEvalJson(MarlCallback):
     # ---------------------------------------------------------------------- checkpoint state
     @override
     def state_dict(self) -> dict[str, Any]:
+        """The best validation return so far, its frame count and its weights (checkpoints carry them)."""
         return {"best_return": self.best_return, "best_frames": self.best_frames,
                 "best_weights": self.best_weights}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
         self.best_return = float(state_dict["best_return"])
         self.best_frames = int(state_dict["best_frames"])
         self.best_weights = state_dict["best_weights"]

@@ -29,22 +29,27 @@ class MetricsFileRepair(pl.Callback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Make every CSV logger's rewrites of ``metrics.csv`` atomic (a new file renamed over the old)."""
         for logger in trainer.loggers:
             atomic_csv_rewrites(logger)
 
     @override
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
                            ) -> None:
+        """Store the module's last training row in the checkpoint (``checkpoint["lit_marl"]["iteration_row"]``)."""
         if pl_module.iteration_row is not None:
             checkpoint.setdefault("lit_marl", {})["iteration_row"] = pl_module.iteration_row
 
     @override
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
                            ) -> None:
+        """Keep the checkpoint's training row for :meth:`on_train_start`."""
         self._restored_row = checkpoint.get("lit_marl", {}).get("iteration_row")
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Log the checkpoint's training row at its original step where the checkpoint's own run folder's
+        ``metrics.csv`` lacks it (the previous run was killed between the checkpoint and the row)."""
         row, self._restored_row = self._restored_row, None
         ckpt_path = trainer.ckpt_path
         if not row or not ckpt_path or not trainer.loggers:

@@ -61,10 +61,14 @@ class NumericalFaultPolicy(pl.Callback):
 
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int) -> None:
+        """A new optimizer step: not skipped until a fault says so."""
         self.update_skipped = False
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Record the iteration's skipped updates (``train/skipped_updates``, with ``nan_policy: skip``), then stop
+        training with a :class:`~lit_marl.errors.NumericalError` where a weight holds NaN/Inf, before any checkpoint
+        of this iteration is written."""
         # runs before the module's own epoch-end hook, whose metrics it joins, and before ModelCheckpoint
         if pl_module.nan_policy == "skip":
             pl_module.record("train/skipped_updates", float(self.skipped))

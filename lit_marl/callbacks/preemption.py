@@ -49,8 +49,8 @@ class PreemptionCheckpoint(Checkpoint):
     Whenever training ends (frame budget, ``max_epochs``, a signal), ``last.ckpt`` holds the last iteration:
     ``ModelCheckpoint`` alone writes it only with its periodic checkpoints, so a run ending between two of them would
     leave an older ``last.ckpt``, and one stopped by a signal before the first a second one, ``last-v1.ckpt``.
-    A :class:`Checkpoint` subclass, so its epoch-end hook runs after the module's (the iteration's counters are
-    final) and after ``ModelCheckpoint``'s.
+    A :class:`~lightning.pytorch.callbacks.Checkpoint` subclass, so its epoch-end hook runs after the module's (the
+    iteration's counters are final) and after ``ModelCheckpoint``'s.
     """
 
     #: signals that make ``fit`` save a checkpoint at the end of the current iteration and stop (SIGHUP: the terminal
@@ -68,11 +68,14 @@ class PreemptionCheckpoint(Checkpoint):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Before ``fit``: a SIGTERM or SIGHUP from now on is this run's to act on (held until training starts)."""
         if stage == "fit":  # SIGTERM/SIGHUP from here on are this run's to act on (lit_marl/sigint.py)
             Terminations.deferred = True
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Install the handlers of :attr:`STOP_SIGNALS` (the first signal sets a flag, a second Ctrl-C stops at once),
+        and take a signal that arrived during start-up as received."""
         self.stopped_by_signal = self.signal_checkpoint = None
         self.received = None
         if threading.current_thread() is not threading.main_thread():
@@ -106,6 +109,7 @@ class PreemptionCheckpoint(Checkpoint):
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Where any process received a signal: save ``last.ckpt`` after this iteration and stop training."""
         if not trainer.strategy.reduce_boolean_decision(self.received is not None, all=False):  # on any process
             return
         path = self._save_last(trainer)
@@ -117,12 +121,16 @@ class PreemptionCheckpoint(Checkpoint):
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Where training ended otherwise (frame budget, ``max_epochs``) and ``ModelCheckpoint`` keeps a last
+        checkpoint, make ``last.ckpt`` hold the last iteration."""
         callback = trainer.checkpoint_callback
         if callback is not None and getattr(callback, "save_last", False) and self.stopped_by_signal is None:
             self._save_last(trainer)
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """After ``fit``: restore the previous SIGINT and SIGHUP handlers, and leave a signal that arrived too late to
+        act on for ``lit-marl fit``'s exit status."""
         Interrupts.handled = Interrupts.count
         if stage != "fit":
             return

@@ -40,9 +40,11 @@ class _StateInFile:
     state_file: ClassVar[str]
 
     def dumps(self, path) -> None:
+        """Save the sampler's state (:meth:`state_dict`) into ``path``, the folder torchrl saves the buffer to."""
         torch.save(self.state_dict(), Path(path) / self.state_file)
 
     def loads(self, path) -> None:
+        """Restore the state :meth:`dumps` saved into ``path``."""
         self.load_state_dict(torch.load(Path(path) / self.state_file, weights_only=True))
 
 
@@ -77,6 +79,8 @@ class TensorPrioritizedSampler(_StateInFile, Sampler):
     @property
     @override
     def default_priority(self) -> float:
+        """The largest priority seen so far, which a new transition gets (so each is sampled soon after it is
+        stored)."""
         return self._max_priority
 
     def _transform(self, priority: torch.Tensor) -> torch.Tensor:
@@ -84,6 +88,8 @@ class TensorPrioritizedSampler(_StateInFile, Sampler):
 
     @override
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Draw ``batch_size`` indices of ``storage`` in proportion to their priorities (with replacement); returns
+        them and their importance weights ``{"priority_weight": (p_i / min_j p_j) ** -beta}``."""
         n = len(storage)
         if n == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
@@ -99,16 +105,20 @@ class TensorPrioritizedSampler(_StateInFile, Sampler):
 
     @override
     def add(self, index: int) -> None:
+        """A new transition at ``index`` gets :attr:`default_priority`."""
         self._set_default(index)
 
     @override
     def extend(self, index: torch.Tensor) -> None:
+        """New transitions at ``index`` get :attr:`default_priority`."""
         self._set_default(index)
 
     @torch.no_grad()
     @override
     def update_priority(self, index: torch.Tensor | int, priority: torch.Tensor | float, *,
                         storage: Storage | None = None) -> None:
+        """Set the priorities of the transitions at ``index`` from their new TD errors ``priority`` (one value, or one
+        per index), as ``(|δ| + eps) ** alpha``, and raise the largest priority seen."""
         index = torch.as_tensor(index, dtype=torch.long).reshape(-1).cpu()
         priority = torch.as_tensor(priority).detach().reshape(-1).cpu()
         if priority.numel() == 1:
@@ -118,20 +128,25 @@ class TensorPrioritizedSampler(_StateInFile, Sampler):
 
     @override
     def mark_update(self, index: torch.Tensor | int, *, storage: Storage | None = None) -> None:
+        """Transitions written at ``index`` (torchrl's writer calls it on every write, a full buffer's overwrites
+        included) get :attr:`default_priority`."""
         self._set_default(index)
 
     @override
     def state_dict(self) -> dict[str, Any]:
+        """The priorities and the largest one seen (checkpoints carry them with the buffer)."""
         return {"priority": self._priority.clone(), "max_priority": self._max_priority}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
         self._priority = state_dict["priority"].clone()
         self._max_priority = float(state_dict["max_priority"])
 
     @property
     @override
     def ran_out(self) -> bool:
+        """Never: a prioritized sampler draws with replacement, so there is no end of an epoch."""
         return False
 
 

@@ -37,9 +37,11 @@ class TaskSpecs:
     state_spec: TensorSpec | None
 
     def n_agents(self, group: str) -> int:
+        """Agents in ``group``."""
         return len(self.group_map[group])
 
     def group_action_spec(self, group: str) -> TensorSpec:
+        """The action spec of one agent-stacked ``group`` (``[n_agents, *action_shape]``)."""
         return self.action_spec[group, "action"]
 
 
@@ -224,10 +226,13 @@ class Task(Configurable, ABC):
 
     @property
     def group_map(self) -> dict[str, list[str]]:
+        """The agent groups, ``{group: [agent names]}``: each group has its own networks and loss."""
         return self.specs.group_map
 
     @property
     def has_state(self) -> bool:
+        """Whether the task reports a global state (:attr:`state_key`), which centralised critics and QMIX's mixer
+        then read instead of the joint observations."""
         return self.state_key is not None
 
     def action_mask_key(self, group: str) -> tuple[str, str] | None:

@@ -226,6 +226,7 @@ class CustomTask(Task):
 
     @property
     def turn_based(self) -> bool:
+        """Whether agents act one at a time (a PettingZoo env class of the AEC API, e.g. a board game)."""
         return bool(getattr(self._inner, "turn_based", False))
 
     @override

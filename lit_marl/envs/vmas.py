@@ -56,9 +56,10 @@ class VmasTask(Task):
         agent_groups: how agents form groups (each group has its own networks and loss): ``None`` groups
             agents by name prefix (``adversary_0`` → ``adversary``; VMAS's default), ``"all_in_one_group"``,
             ``"one_group_per_agent"``, or an explicit ``{group: [agent names]}``.
-        batched_resets: reset the environments that finished in one batched VMAS reset (:mod:`~lit_marl.envs.
-            vmas_batched`); False resets them one at a time as torchrl's ``VmasEnv`` (and BenchMARL) do. The two
-            give finished environments different, equally distributed starts from the same seed.
+        batched_resets: reset the environments that finished in one batched VMAS reset
+            (:mod:`lit_marl.envs.vmas_batched`); False resets them one at a time as torchrl's ``VmasEnv`` (and
+            BenchMARL) do. The two give finished environments different, equally distributed starts from the same
+            seed.
         **kwargs: more scenario parameters, merged into ``scenario_kwargs`` (Python convenience).
 
     Examples:
@@ -71,7 +72,7 @@ class VmasTask(Task):
     """
 
     simulator_arguments = "scenario_kwargs"
-    #: VMAS simulates in PyTorch: with ``grad_enabled`` it does not detach actions (``collect_with_grad``)
+    #: VMAS simulates in PyTorch, and with ``grad_enabled`` it does not detach actions (``collect_with_grad``)
     differentiable = True
 
     def __init__(

@@ -24,6 +24,8 @@ from lit_marl.evaluation.io import provenance
 from lit_marl.evaluation.statistics import CONFIDENCE, N_RESAMPLES, paired_difference, summarize
 from lit_marl.reading import json_kind, read_json
 
+#: the file name of the record ``lit-marl test`` writes into its ``eval/<timestamp>/`` folder (what
+#: :func:`read_eval_info` reads and :func:`compare` compares)
 EVAL_INFO = "eval_info.json"
 
 

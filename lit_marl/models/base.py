@@ -65,9 +65,11 @@ class ModelInputs:
 
     @property
     def flat_features(self) -> int:
+        """Per-agent input width once every entry is flattened and concatenated (what an Mlp reads)."""
         return sum(shape.numel() for shape in self.shapes)
 
     def describe(self) -> str:
+        """The entries and their per-agent shapes, e.g. ``"('agents', 'observation'): [18]"`` (for error messages)."""
         return ", ".join(f"{key}: {list(shape)}" for key, shape in zip(self.keys, self.shapes))
 
 

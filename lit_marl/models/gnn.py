@@ -114,7 +114,9 @@ class Gnn(ModelConfig):
         position_key: entry under the group holding each agent's position (``[n_agents, d]``), e.g. ``pos``, or
             ``observation`` together with ``position_slice``.
         position_slice: ``[start, stop]`` of that entry's last dim (default: all of it).
-        velocity_key / velocity_slice: the same for velocities (edge features only).
+        velocity_key: entry under the group holding each agent's velocity (edge features only), as
+            ``position_key``.
+        velocity_slice: ``[start, stop]`` of that entry's last dim (default: all of it).
         exclude_pos_from_node_features: keep positions and velocities out of the node features (they then
             reach the network only through edges, which makes it translation invariant).
     """
