@@ -18,8 +18,8 @@ from lit_marl.algorithms.ppo import IPPO, MAPPO, PPO
 from lit_marl.algorithms.q_learning import IQL, QMIX, VDN, QLearning
 from lit_marl.algorithms.sac import ISAC, MASAC, SAC
 
-#: the run classes of the PPO family and of the replay-buffer families before the loops became objects (issue 35): a
-#: subclass written against them still builds, its loop named by its learner
+#: an alias of :class:`MarlAlgorithm` under the name of a former base (of the on-policy algorithms, of the
+#: replay-buffer ones): a subclass written against it still builds, and its learner names the loop it trains with
 OnPolicyAlgorithm = OffPolicyAlgorithm = MarlAlgorithm
 
 __all__ = ["MarlAlgorithm", "OnPolicyAlgorithm", "OffPolicyAlgorithm", "GroupLearner", "OffPolicyLearner",

@@ -1,18 +1,5 @@
-"""The run: the LightningModule every MARL algorithm is.
-
-An algorithm is a run (this module: the Lightning hooks, one optimizer, clipping per loss, metrics, replay buffers,
-checkpoints and counters) holding one learner per agent group (:class:`~lit_marl.algorithms.learner.GroupLearner`:
-what that group learns) in ``learners`` and three collaborators: its training loop (``loop``), its collection
-(``collection``: every env of the run, the training envs, one batch per iteration) and its evaluation
-(``evaluation``: validation and test rollouts). Envs and collectors are built lazily, on first use, and never become
-submodules. One Lightning epoch is one collection iteration; the Trainer owns backward, precision and checkpoints
-(docs/concepts/architecture.md).
-
-A concrete algorithm names its learner class, e.g. ``class MAPPO(MarlAlgorithm): learner_class = PPO``; the learner
-names the training loop the run holds (``self.loop``, :mod:`lit_marl.algorithms.loops`: Lightning's training data);
-the constructor takes the learner's arguments, the loop's and the run's, each declared once
-(:mod:`lit_marl.algorithms.arguments`).
-"""
+"""The run: the LightningModule every MARL algorithm is (:class:`MarlAlgorithm`, whose docstring tells how it is
+built; docs/concepts/architecture.md tells why)."""
 
 from __future__ import annotations
 
@@ -55,6 +42,21 @@ from lit_marl.utils import Configurable, deepcopy_keeping_shared_tensors, instan
 class MarlAlgorithm(pl.LightningModule, ABC):
     """Base of every lit-marl algorithm: the run, holding one learner per agent group.
 
+    The run owns what Lightning drives: one optimizer, clipping per loss, metrics, replay buffers, checkpoints and
+    counters. Each group's :class:`~lit_marl.algorithms.GroupLearner` (:attr:`learners`) owns what that group learns,
+    and three collaborators the rest: the training loop (:attr:`loop`, Lightning's training data; one epoch is one
+    collection iteration), the collection (:attr:`collection`: the training envs) and the evaluation
+    (:attr:`evaluation`). A concrete algorithm names its learner (``class MAPPO(MarlAlgorithm): learner_class = PPO``);
+    its constructor takes the learner's, the loop's and the run's arguments, each declared once.
+
+    Lightning's hooks: ``setup`` refuses by name what the Trainer cannot run, before anything is built;
+    ``train_dataloader`` is :attr:`loop`; ``training_step`` returns the sum of every group's ``loss``/``loss_*`` terms
+    (None, no step, for HATRPO's own update or a skipped NaN/Inf); ``on_after_backward`` is the loop's turn;
+    ``on_train_epoch_end`` logs the iteration's means and counters; ``val_dataloader``, ``validation_step``,
+    ``on_validation_epoch_end``, ``test_dataloader``, ``test_step`` and ``on_test_epoch_end`` hand their work to
+    :attr:`evaluation`; ``on_save_checkpoint`` and ``on_load_checkpoint`` carry the counters, replay buffers and
+    learners' states; ``transfer_batch_to_device`` leaves minibatches where they are; ``teardown`` closes the envs.
+
     Args:
         task: the benchmark task (e.g. ``VmasTask("balance")``).
         frames_per_batch: environment steps collected per iteration (all envs together).
@@ -63,8 +65,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         evaluation_episodes: episodes per evaluation (validation loop).
         evaluation_batch_size: episodes rolled out in parallel per evaluation batch (default: all).
         evaluation_deterministic: evaluate the policy's mode instead of sampling actions.
-        evaluation_seed: seed of the first evaluation batch (default ``seed + 10_000``); the same
-            episodes are evaluated every time.
+        evaluation_seed: seed of the first evaluation batch (default ``seed + 10_000``): the same episodes every time.
         test_episodes: episodes rolled out by ``lit-marl test``.
         test_videos: of those, how many ``lit-marl test`` renders to mp4 (the first ones; needs a task that renders).
         sampling_device: where the environments step, when not where the networks train (e.g. ``cuda`` for VMAS
@@ -181,7 +182,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         self._epoch_metrics: dict[str, list[torch.Tensor]] = defaultdict(list)
         self._replay_buffer_map: dict[str, TensorDictReplayBuffer] | None = None
         self._replay_buffers_id = uuid.uuid4().hex  # these buffers, told apart from any other run's in one process
-        #: the last iteration's training row as logged: ``{"step", "epoch", "metrics"}`` (checkpoints carry it)
+        #: the last iteration's training row as logged, ``{"step", "epoch", "metrics"}`` (checkpoints carry it)
         self.iteration_row: dict[str, Any] | None = None
         # the run's own callbacks (configure_callbacks), which keep their state; the properties below read it
         self._faults, self._preemption = NumericalFaultPolicy(), PreemptionCheckpoint()
@@ -264,7 +265,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
 
     @property
     def env_device(self) -> torch.device:
-        """Where the environments step: ``sampling_device``, else the module's (training) device."""
+        """Where the environments step (``sampling_device``, else the module's training device)."""
         return torch.device(self.sampling_device) if self.sampling_device is not None else self.device
 
     # ------------------------------------------------------------------ Lightning: evaluation (``self.evaluation``)

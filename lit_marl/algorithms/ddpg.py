@@ -95,8 +95,23 @@ class DDPG(AnnealedExploration):
 
 
 class MADDPG(MarlAlgorithm):
-    """Multi-Agent DDPG: decentralised deterministic actors, centralised Q-functions (all agents'
-    observations and actions of the group, or the global state and all actions)."""
+    """Multi-Agent DDPG (Lowe et al., 2017): decentralised deterministic actors, centralised Q-functions (all agents'
+    observations and actions of the group, or the global state and all actions), trained off-policy from a replay
+    buffer with exploration noise annealed over frames.
+
+    Examples:
+        One iteration on VMAS *balance*, two agents, toy sizes (BenchMARL's: ``configs/maddpg_vmas_balance.yaml``):
+
+        >>> import lightning.pytorch as pl
+        >>> from lit_marl.algorithms import MADDPG
+        >>> from lit_marl.envs import VmasTask
+        >>> model = MADDPG(VmasTask("balance", max_steps=10, n_agents=2), num_envs=2, frames_per_batch=20,
+        ...               max_frames=20, memory_size=1_000, n_optimizer_steps=2, train_batch_size=16,
+        ...               evaluation_episodes=1)
+        >>> pl.Trainer(max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(model)
+        >>> len(model.replay_buffers()["agents"])  # the iteration's frames, stored for replay
+        20
+    """
 
     algorithm_name: ClassVar[str] = "maddpg"
     learner_class = DDPG
@@ -104,7 +119,22 @@ class MADDPG(MarlAlgorithm):
 
 
 class IDDPG(MarlAlgorithm):
-    """Independent DDPG: each agent's Q-function sees its own observation and action only."""
+    """Independent DDPG: each agent's Q-function sees its own observation and action only; otherwise MADDPG's
+    losses, replay and exploration.
+
+    Examples:
+        One iteration on VMAS *balance*, two agents, toy sizes (BenchMARL's: ``configs/iddpg_vmas_balance.yaml``):
+
+        >>> import lightning.pytorch as pl
+        >>> from lit_marl.algorithms import IDDPG
+        >>> from lit_marl.envs import VmasTask
+        >>> model = IDDPG(VmasTask("balance", max_steps=10, n_agents=2), num_envs=2, frames_per_batch=20,
+        ...              max_frames=20, memory_size=1_000, n_optimizer_steps=2, train_batch_size=16,
+        ...              evaluation_episodes=1)
+        >>> pl.Trainer(max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(model)
+        >>> model.frames
+        20
+    """
 
     algorithm_name: ClassVar[str] = "iddpg"
     learner_class = DDPG

@@ -24,6 +24,25 @@ class Ensemble(MarlAlgorithm):
     """Each agent group trained by its own algorithm's learner (BenchMARL's ``EnsembleAlgorithm``); see the module
     docstring.
 
+    Examples:
+        MAPPO for the three adversaries of VMAS *simple_tag* and IPPO for the agent they chase, at toy sizes
+        (``configs/ensemble_mpe_simple_tag.yaml`` holds BenchMARL's, on PettingZoo's MPE):
+
+        >>> import lightning.pytorch as pl
+        >>> from lit_marl.algorithms import Ensemble
+        >>> from lit_marl.envs import VmasTask
+        >>> task = VmasTask("simple_tag", max_steps=10)
+        >>> task.group_map
+        {'adversary': ['adversary_0', 'adversary_1', 'adversary_2'], 'agent': ['agent_0']}
+        >>> model = Ensemble(task, algorithms={
+        ...     "adversary": {"class_path": "lit_marl.algorithms.MAPPO", "init_args": {"lr": 3e-4}},
+        ...     "agent": {"class_path": "lit_marl.algorithms.IPPO"},
+        ... }, num_envs=2, frames_per_batch=20, max_frames=20, minibatch_size=10, n_minibatch_iters=1,
+        ...    evaluation_episodes=1)
+        >>> pl.Trainer(max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(model)
+        >>> model.learners["adversary"].centralised_critic, model.learners["agent"].centralised_critic
+        (True, False)
+
     Args:
         algorithms: ``{group: {class_path: <algorithm>, init_args: {…}}}``, one entry for every group of the task;
             ``init_args`` are that algorithm's own (``actor_model``, ``lr``, ``clip_epsilon``, ``memory_size`` …),

@@ -10,9 +10,9 @@ in HARL, the advantage is normalised over the batch before the product.
 On lit-marl's learners that is a small learner and a loop: :class:`SequentialPPO` is the PPO learner with one network
 per agent (parameter tensors of its own, so one agent's optimizer step moves no other agent's weights) whose loss is
 the part of torchrl's ``ClipPPOLoss`` of the phase its minibatch carries (the surrogate fed ``factor × A`` for the
-agent in turn, or the value loss); it names the sequential-agents loop (:class:`~lit_marl.algorithms.loops.
-SequentialAgents` over the on-policy loop), which draws the order, keeps the factor and keeps only the gradients of the
-phase's parameters. :class:`HAPPO` is a run like any other.
+agent in turn, or the value loss); it names the sequential-agents loop
+(:class:`~lit_marl.algorithms.loops.SequentialAgents` over the on-policy loop), which draws the order, keeps the factor
+and keeps only the gradients of the phase's parameters. :class:`HAPPO` is a run like any other.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ class SequentialPPO(PPO):
 
     @property
     def n_agents(self) -> int:
+        """Agents in this group, each of which takes a turn of its own."""
         return len(self.task.group_map[self.group])
 
     @property
@@ -147,7 +148,20 @@ class SequentialPPO(PPO):
 
 class HAPPO(MarlAlgorithm):
     """Heterogeneous-agent PPO (see the module docstring): one policy per agent, updated one agent after another in a
-    random order each iteration with the previous agents' ratios as a factor, and a centralised critic."""
+    random order each iteration with the previous agents' ratios as a factor, and a centralised critic.
+
+    Examples:
+        One iteration on VMAS *balance*, two agents, toy sizes (BenchMARL's: ``configs/happo_vmas_balance.yaml``):
+
+        >>> import lightning.pytorch as pl
+        >>> from lit_marl.algorithms import HAPPO
+        >>> from lit_marl.envs import VmasTask
+        >>> model = HAPPO(VmasTask("balance", max_steps=10, n_agents=2), num_envs=2, frames_per_batch=20,
+        ...              max_frames=20, minibatch_size=10, n_minibatch_iters=2, evaluation_episodes=1)
+        >>> pl.Trainer(max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(model)
+        >>> model.agent_orders  # the iteration's random order of the agents
+        [['agents/agent_...', 'agents/agent_...']]
+    """
 
     algorithm_name: ClassVar[str] = "happo"
     learner_class = SequentialPPO

@@ -246,7 +246,7 @@ class SequentialSAC(OffPolicyLearner):
         super().__init__(task, group, run, share_policy_params=False, **kwargs)
         if group is None:
             return
-        #: each env's last transitions, held until their n-step windows are complete (None: one-step)
+        #: each env's last transitions, held until their n-step windows are complete (None for one-step returns)
         self.n_step_window = None if self.n_step == 1 else MultiStepTransform(
             self.n_step, self.gamma, reward_keys=[(group, "reward")], done_key=WINDOW_DONE, done_keys=[WINDOW_DONE])
 
@@ -274,6 +274,7 @@ class SequentialSAC(OffPolicyLearner):
 
     @property
     def n_agents(self) -> int:
+        """Agents in this group, each of which takes a turn of its own."""
         return len(self.task.group_map[self.group])
 
     # ------------------------------------------------------------------ networks
@@ -410,7 +411,21 @@ class SequentialSAC(OffPolicyLearner):
 class HASAC(MarlAlgorithm):
     """Heterogeneous-agent SAC (see the module docstring): one stochastic policy per agent, updated one agent after
     another in a fresh random order each update, each conditioned on the actions its predecessors have just
-    re-sampled, under centralised twin soft Q-functions of the joint action, with automatic temperatures."""
+    re-sampled, under centralised twin soft Q-functions of the joint action, with automatic temperatures.
+
+    Examples:
+        One iteration on VMAS *balance*, two agents, toy sizes (BenchMARL's: ``configs/hasac_vmas_balance.yaml``):
+
+        >>> import lightning.pytorch as pl
+        >>> from lit_marl.algorithms import HASAC
+        >>> from lit_marl.envs import VmasTask
+        >>> model = HASAC(VmasTask("balance", max_steps=10, n_agents=2), num_envs=2, frames_per_batch=20,
+        ...              max_frames=20, memory_size=1_000, n_optimizer_steps=2, train_batch_size=16,
+        ...              evaluation_episodes=1)
+        >>> pl.Trainer(max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(model)
+        >>> len(model.agent_orders)  # a fresh order of the agents for each of the two updates
+        2
+    """
 
     algorithm_name: ClassVar[str] = "hasac"
     learner_class = SequentialSAC

@@ -90,7 +90,21 @@ class TrustRegionPPO(SequentialPPO):
 
 class HATRPO(MarlAlgorithm):
     """Heterogeneous-agent TRPO (see the module docstring): HAPPO's order, factor and critic, each agent's policy moved
-    by one trust-region step on the whole batch."""
+    by one trust-region step on the whole batch.
+
+    Examples:
+        One iteration on VMAS *balance*, two agents, toy sizes (BenchMARL's: ``configs/hatrpo_vmas_balance.yaml``):
+
+        >>> import lightning.pytorch as pl
+        >>> from lit_marl.algorithms import HATRPO
+        >>> from lit_marl.envs import VmasTask
+        >>> model = HATRPO(VmasTask("balance", max_steps=10, n_agents=2), kl_threshold=0.005, num_envs=2,
+        ...                frames_per_batch=20, max_frames=20, minibatch_size=10, n_minibatch_iters=2,
+        ...                evaluation_episodes=1)
+        >>> pl.Trainer(max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(model)
+        >>> model.agent_orders  # each agent's turn is one trust-region step, in this order
+        [['agents/agent_...', 'agents/agent_...']]
+    """
 
     algorithm_name: ClassVar[str] = "hatrpo"
     learner_class = TrustRegionPPO

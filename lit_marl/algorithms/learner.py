@@ -133,11 +133,14 @@ class GroupLearner(nn.Module, ABC):
 
     @property
     def recurrent(self) -> bool:
+        """Whether a network of this learner carries a hidden state from step to step (the policy here; PPO's critic
+        too), so it trains on sequences."""
         return self.actor_model.is_recurrent
 
     @property
     def chunk_length(self) -> int | None:
-        """Steps per training slice where the learner trains on sequences (recurrent networks); None: single steps."""
+        """Steps per training slice where the learner trains on sequences (recurrent networks), or None where it trains
+        on single steps."""
         return None
 
     # ------------------------------------------------------------------ collection
@@ -197,7 +200,7 @@ class GroupLearner(nn.Module, ABC):
         return None
 
     def objective_fn(self) -> Any:
-        """The objective as training calls it: the torchrl loss, or its ``torch.compile``d form."""
+        """The objective as training calls it: the torchrl loss, or that loss compiled by ``torch.compile``."""
         if not self.compile_objective:
             return self.objective
         if "objective" not in self._compiled:

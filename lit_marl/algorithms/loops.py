@@ -1,13 +1,12 @@
 """How a run trains on what it collects: the loop object it holds (one Lightning epoch is one iteration).
 
-A learner names the loop it needs (:attr:`~lit_marl.algorithms.learner.GroupLearner.loop`, and
-``sequential_agents`` where its agents train one after another); the run builds that loop once, with its sizes
-(arguments of the algorithm, declared here: ``n_minibatch_iters`` and ``minibatch_size`` on-policy,
-``n_optimizer_steps`` and ``train_batch_size`` off-policy), and hands it to Lightning as the training data. A loop is
-a sized iterable of one iteration's minibatches: its length tells Lightning where the epoch ends, so it never fetches
-(and so never collects) ahead of the last step. What it iterates is at the end of this module: the on-policy training
-batch and its shuffled minibatches (:func:`training_batch`, :func:`shuffled_minibatches`), the replay buffers' samples
-(:func:`replay_minibatches`).
+A learner names the loop it needs (:attr:`~lit_marl.algorithms.learner.GroupLearner.loop`, and ``sequential_agents``
+where its agents train one after another); the run builds that loop once, with its sizes (arguments of the algorithm,
+declared here: ``n_minibatch_iters`` and ``minibatch_size`` on-policy, ``n_optimizer_steps`` and ``train_batch_size``
+off-policy), and hands it to Lightning as the training data. A loop is a sized iterable of one iteration's minibatches:
+its length tells Lightning where the epoch ends, so it never fetches (and so never collects) ahead of the last step.
+What it iterates is at the end of this module: the on-policy training batch and its shuffled minibatches
+(:func:`training_batch`, :func:`shuffled_minibatches`), the replay buffers' samples (:func:`replay_minibatches`).
 
 :class:`SequentialAgents` wraps an on-policy loop for HAPPO and HATRPO (Kuba et al., 2022): a fresh random order of
 the agents each iteration, each agent's turn on the advantage times the factor of the earlier agents' ratios, the
@@ -135,6 +134,7 @@ class OnPolicyLoop(TrainingLoop):
                               f"allowed: 1..{frames}")
 
     def minibatches_per_epoch(self) -> int:
+        """Optimizer steps per pass over the batch (with recurrent networks, counted in trajectory chunks)."""
         chunk = self.run.chunk_length
         if chunk is None:
             return self.run.frames_per_batch // self.minibatch_size
@@ -149,6 +149,7 @@ class OnPolicyLoop(TrainingLoop):
         return training_batch(self.run, self.minibatch_size)
 
     def minibatches(self, batch: TensorDictBase, size: int) -> Iterator[TensorDictBase]:
+        """``n_minibatch_iters`` passes over ``batch`` in shuffled minibatches of ``size`` (each HAPPO turn's too)."""
         return shuffled_minibatches(batch, self.n_minibatch_iters, size)
 
     @override
@@ -219,7 +220,7 @@ class SequentialAgents(TrainingLoop):
         self.agent_orders: list[list[str]] = []
         self._phase: Phase | None = None
 
-    on_policy = property(lambda self: self.inner.on_policy)
+    on_policy = property(lambda self: self.inner.on_policy, doc="Whether the inner loop trains on fresh frames.")
 
     @property
     @override

@@ -338,5 +338,5 @@ class AnnealedExploration(OffPolicyLearner):
 
     @property
     def anneal_frames(self) -> int:
-        """Frames over which exploration anneals (default: a third of the budget, as BenchMARL)."""
+        """Frames over which exploration anneals (by default a third of the budget, as BenchMARL)."""
         return self.exploration_anneal_frames or max(1, self.run.max_frames // 3)

@@ -105,7 +105,7 @@ class PPO(GroupLearner):
     @property
     @override
     def chunk_length(self) -> int | None:
-        """Steps per training chunk with recurrent networks (None: minibatches of single steps)."""
+        """Steps per training chunk with recurrent networks, or None (minibatches of single steps)."""
         if not self.recurrent:
             return None
         return self.sequence_length or self.run.frames_per_batch // self.run.num_envs
@@ -276,8 +276,23 @@ def state_values_in_one_call(critic: TensorDictModuleBase, batch: TensorDictBase
 
 
 class MAPPO(MarlAlgorithm):
-    """Multi-Agent PPO: decentralised actors, a centralised critic per group (over all the group's
-    agents' observations, or the global state where the task has one)."""
+    """Multi-Agent PPO (Yu et al., 2022): decentralised actors, a centralised critic per group (over all the group's
+    agents' observations, or the global state where the task has one), trained with the clipped surrogate and GAE.
+
+    Examples:
+        One iteration on VMAS *balance*, two agents, toy sizes (BenchMARL's: ``configs/mappo_vmas_balance.yaml``):
+
+        >>> import lightning.pytorch as pl
+        >>> from lit_marl.algorithms import MAPPO
+        >>> from lit_marl.envs import VmasTask
+        >>> from lit_marl.models import Mlp
+        >>> model = MAPPO(VmasTask("balance", max_steps=10, n_agents=2), actor_model=Mlp(num_cells=[32]),
+        ...               critic_model=Mlp(num_cells=[32]), num_envs=2, frames_per_batch=20, max_frames=20,
+        ...               minibatch_size=10, n_minibatch_iters=2, evaluation_episodes=1)
+        >>> pl.Trainer(max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(model)
+        >>> model.frames, model.iteration  # the frame budget, max_frames, ended training
+        (20, 1)
+    """
 
     algorithm_name: ClassVar[str] = "mappo"
     learner_class = PPO
@@ -285,7 +300,21 @@ class MAPPO(MarlAlgorithm):
 
 
 class IPPO(MarlAlgorithm):
-    """Independent PPO: decentralised actors and decentralised critics (each agent's own observation)."""
+    """Independent PPO (de Witt et al., 2020): decentralised actors and decentralised critics (each agent's value of
+    its own observation); otherwise MAPPO's losses and loop.
+
+    Examples:
+        One iteration on VMAS *balance*, two agents, toy sizes (BenchMARL's: ``configs/ippo_vmas_balance.yaml``):
+
+        >>> import lightning.pytorch as pl
+        >>> from lit_marl.algorithms import IPPO
+        >>> from lit_marl.envs import VmasTask
+        >>> model = IPPO(VmasTask("balance", max_steps=10, n_agents=2), num_envs=2, frames_per_batch=20,
+        ...             max_frames=20, minibatch_size=10, n_minibatch_iters=2, evaluation_episodes=1)
+        >>> pl.Trainer(max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(model)
+        >>> model.learners["agents"].centralised_critic
+        False
+    """
 
     algorithm_name: ClassVar[str] = "ippo"
     learner_class = PPO

@@ -387,7 +387,19 @@ def _team(group: str) -> str:
 
 
 class IQL(MarlAlgorithm):
-    """Independent Q-learning: every agent learns its own Q-function from its own reward."""
+    """Independent Q-learning (Tan, 1993): every agent learns its own Q-function from its own reward.
+
+    Examples:
+        Discrete-action VMAS *balance*, one iteration at toy sizes (BenchMARL's: ``configs/iql_vmas_balance.yaml``):
+
+        >>> import lightning.pytorch as pl
+        >>> from lit_marl.algorithms import IQL
+        >>> from lit_marl.envs import VmasTask
+        >>> task = VmasTask("balance", max_steps=10, continuous_actions=False, n_agents=2)
+        >>> model = IQL(task, num_envs=2, frames_per_batch=20, max_frames=20, memory_size=1_000,
+        ...            n_optimizer_steps=2, train_batch_size=16, evaluation_episodes=1)
+        >>> pl.Trainer(max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(model)
+    """
 
     algorithm_name: ClassVar[str] = "iql"
     learner_class = QLearning
@@ -395,7 +407,20 @@ class IQL(MarlAlgorithm):
 
 
 class VDN(MarlAlgorithm):
-    """Value decomposition networks: the team value is the sum of the agents' chosen-action values."""
+    """Value decomposition networks (VDN; Sunehag et al., 2018): the team value is the sum of the agents'
+    chosen-action values.
+
+    Examples:
+        Discrete-action VMAS *balance*, one iteration at toy sizes (BenchMARL's: ``configs/vdn_vmas_navigation.yaml``):
+
+        >>> import lightning.pytorch as pl
+        >>> from lit_marl.algorithms import VDN
+        >>> from lit_marl.envs import VmasTask
+        >>> task = VmasTask("balance", max_steps=10, continuous_actions=False, n_agents=2)
+        >>> model = VDN(task, num_envs=2, frames_per_batch=20, max_frames=20, memory_size=1_000,
+        ...            n_optimizer_steps=2, train_batch_size=16, evaluation_episodes=1)
+        >>> pl.Trainer(max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(model)
+    """
 
     algorithm_name: ClassVar[str] = "vdn"
     learner_class = QLearning
@@ -403,8 +428,22 @@ class VDN(MarlAlgorithm):
 
 
 class QMIX(MarlAlgorithm):
-    """QMIX: a monotonic hypernetwork mixes the agents' chosen-action values, conditioned on the global
-    state (or the group's observations where the task has no state)."""
+    """QMIX (Rashid et al., 2018): a monotonic hypernetwork mixes the agents' chosen-action values, conditioned on the
+    global state (or the group's observations where the task has no state), trained on the team reward.
+
+    Examples:
+        Discrete-action VMAS *balance*, one iteration at toy sizes (BenchMARL's: ``configs/qmix_vmas_balance.yaml``):
+
+        >>> import lightning.pytorch as pl
+        >>> from lit_marl.algorithms import QMIX
+        >>> from lit_marl.envs import VmasTask
+        >>> task = VmasTask("balance", max_steps=10, continuous_actions=False, n_agents=2)
+        >>> model = QMIX(task, mixing_embed_dim=8, num_envs=2, frames_per_batch=20, max_frames=20, memory_size=1_000,
+        ...             n_optimizer_steps=2, train_batch_size=16, evaluation_episodes=1)
+        >>> pl.Trainer(max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(model)
+        >>> model.frames
+        20
+    """
 
     algorithm_name: ClassVar[str] = "qmix"
     learner_class = QLearning

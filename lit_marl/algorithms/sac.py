@@ -162,7 +162,22 @@ class _Unflatten(nn.Module):
 
 
 class MASAC(MarlAlgorithm):
-    """Multi-Agent SAC: decentralised stochastic actors, centralised twin Q-functions per group."""
+    """Multi-Agent SAC (Haarnoja et al., 2018; the categorical variant of Christodoulou, 2019, for discrete actions):
+    decentralised stochastic actors, centralised twin Q-functions per group and a learned temperature.
+
+    Examples:
+        One iteration on VMAS *balance*, two agents, toy sizes (BenchMARL's: ``configs/masac_vmas_balance.yaml``):
+
+        >>> import lightning.pytorch as pl
+        >>> from lit_marl.algorithms import MASAC
+        >>> from lit_marl.envs import VmasTask
+        >>> model = MASAC(VmasTask("balance", max_steps=10, n_agents=2), num_envs=2, frames_per_batch=20,
+        ...              max_frames=20, memory_size=1_000, n_optimizer_steps=2, train_batch_size=16,
+        ...              evaluation_episodes=1)
+        >>> pl.Trainer(max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(model)
+        >>> model.frames
+        20
+    """
 
     algorithm_name: ClassVar[str] = "masac"
     learner_class = SAC
@@ -170,7 +185,22 @@ class MASAC(MarlAlgorithm):
 
 
 class ISAC(MarlAlgorithm):
-    """Independent SAC: each agent's twin Q-functions see its own observation (and action) only."""
+    """Independent SAC: each agent's twin Q-functions see its own observation (and action) only; otherwise MASAC's
+    losses, replay and temperature.
+
+    Examples:
+        One iteration on VMAS *balance*, two agents, toy sizes (BenchMARL's: ``configs/isac_vmas_balance.yaml``):
+
+        >>> import lightning.pytorch as pl
+        >>> from lit_marl.algorithms import ISAC
+        >>> from lit_marl.envs import VmasTask
+        >>> model = ISAC(VmasTask("balance", max_steps=10, n_agents=2), num_envs=2, frames_per_batch=20,
+        ...             max_frames=20, memory_size=1_000, n_optimizer_steps=2, train_batch_size=16,
+        ...             evaluation_episodes=1)
+        >>> pl.Trainer(max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(model)
+        >>> model.frames
+        20
+    """
 
     algorithm_name: ClassVar[str] = "isac"
     learner_class = SAC
