@@ -36,7 +36,9 @@ extensions = [
 ]
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
-exclude_patterns = ["_build", "**/.ipynb_checkpoints", "README.md"]
+# generated tables are parts of pages ({include}), not pages: only the API sections are documents of their own
+exclude_patterns = ["_build", "**/.ipynb_checkpoints", "README.md", "_generated/algorithm*", "_generated/task*",
+                    "_generated/results_*", "_generated/guide_*"]
 templates_path = ["_templates"]
 
 myst_enable_extensions = ["colon_fence", "deflist", "dollarmath", "fieldlist", "attrs_inline"]
