@@ -251,7 +251,7 @@ def test_a_model_that_cannot_read_the_task_stops_before_training():
 
 
 def test_mlp_resolves_activation_names_to_torch_nn():
-    # torch.nn.Tanh itself: a faster tanh-through-sigmoid (2e-7 off) changed MADDPG's learning (benchmarks/README.md)
+    # torch.nn.Tanh itself: a faster tanh-through-sigmoid (2e-7 off) changed MADDPG's learning (docs/results/speed.md, the speed levers)
     net = Mlp([8, 8]).build_single(3, 2)
     assert sum(type(m) is torch.nn.Tanh for m in net.modules()) == 2
     assert sum(isinstance(m, torch.nn.ReLU) for m in Mlp([8], activation_class="ReLU").build_single(3, 2).modules()) == 1
