@@ -30,8 +30,8 @@ class Configurable:
     """
 
     def to_config(self) -> dict[str, Any]:
-        """This object as ``{"class_path", "init_args"}``, the shape jsonargparse reads from YAML: checkpoints store the
-        task this way, and a checkpoint of another task is refused when it is loaded."""
+        """This object as ``{"class_path", "init_args"}``, the shape jsonargparse reads from YAML: how a run's
+        hyper-parameters store its task and models, and how a checkpoint names the task it was trained on."""
         cls = _user_class(type(self))
         init_args = {}
         for name, param in inspect.signature(cls.__init__).parameters.items():
