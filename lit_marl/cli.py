@@ -92,7 +92,12 @@ def _seed_to_int(seed: Any) -> int:
 
 
 class LitMarlCLI(LightningCLI):
-    """LightningCLI for MARL algorithms (any :class:`MarlAlgorithm` subclass by class path)."""
+    """LightningCLI for MARL algorithms (any :class:`MarlAlgorithm` subclass by class path).
+
+    Args:
+        args: the command line after ``lit-marl`` (default ``sys.argv[1:]``), or a config as a dict.
+        run: run the subcommand (False: only parse the config and build the Trainer and model).
+    """
 
     @staticmethod
     @override
@@ -302,7 +307,8 @@ def usage() -> str:
 
 
 def main(args: list[str] | None = None) -> None:
-    """Entry point of the ``lit-marl`` console script."""
+    """Entry point of the ``lit-marl`` console script: ``args`` is the command line after ``lit-marl`` (default
+    ``sys.argv[1:]``). A signal or Ctrl-C that stops it exits with 128 + the signal's number, saying what was left."""
     # Lightning 2.6 on torch 2.13 warns about its own pytree use at every fit; nothing a user can act on.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     Interrupts.reset()

@@ -37,6 +37,22 @@ def evaluate_checkpoint(ckpt_path: str | os.PathLike, episodes: int | None = Non
     ``test_episodes``, ``evaluation_deterministic``, ``evaluation_seed`` and ``evaluation_batch_size``. The
     result is also written to a new folder (``<run>/eval/<timestamp>/`` by default): ``result["folder"]``.
 
+    Args:
+        ckpt_path: a checkpoint of any lit-marl algorithm (``last.ckpt``, ``frames_*.ckpt``).
+        episodes: test episodes, seeded from ``start_seed`` on (the same episodes for every checkpoint).
+        videos: render the first ``videos`` episodes to mp4 (needs a task that renders, and PyAV).
+        deterministic: the policy's mode (True) or sampled actions (False).
+        start_seed: seed of the first batch of episodes.
+        batch_size: episodes rolled out in parallel.
+        output_dir: folder under which the new ``<timestamp>`` folder is made (default: ``<run>/eval``).
+        export_episodes: also save the rollouts to ``episodes/`` (a memory-mapped TensorDict).
+        algorithm: the class to load into (default: the algorithm the checkpoint names), e.g. a subclass of it.
+        progress_bar: show Lightning's test progress bar.
+
+    Returns:
+        The ``eval_info`` written (:data:`~lit_marl.evaluation.EVAL_INFO`), with per-episode records, aggregates
+        with bootstrap confidence intervals, provenance, and ``"folder"``.
+
     Examples:
         >>> info = evaluate_checkpoint("runs/quickstart/version_0/checkpoints/last.ckpt", episodes=50)
         >>> info["aggregated"]["return"]["iqm"]  # {"value": ..., "ci_low": ..., "ci_high": ...}
@@ -65,7 +81,12 @@ def evaluate_checkpoint(ckpt_path: str | os.PathLike, episodes: int | None = Non
 
 
 def compare_checkpoints(a: str | os.PathLike, b: str | os.PathLike, episodes: int = 100, **kwargs: Any) -> dict[str, Any]:
-    """Evaluate two checkpoints on the same seeds and compare them (:func:`compare`)."""
+    """Evaluate two checkpoints on the same ``episodes`` seeded episodes and compare them, episode by episode
+    (:func:`~lit_marl.evaluation.compare`: the paired difference of returns and its bootstrap confidence interval).
+
+    ``kwargs`` are :func:`evaluate_checkpoint`'s (``start_seed`` defaults to 10 000, ``batch_size`` to all episodes
+    at once), the same for both checkpoints.
+    """
     kwargs.setdefault("start_seed", 10_000)
     kwargs.setdefault("batch_size", episodes)
     info_a = evaluate_checkpoint(a, episodes=episodes, **kwargs)

@@ -33,11 +33,15 @@ from lit_marl.utils import deepcopy_keeping_shared_tensors, instantiate
 class RunFacts:
     """What a learner may read of the run that trains it, fixed before any learner is built."""
 
+    #: the run's frame budget
     max_frames: int
+    #: environment steps collected per iteration (all envs together)
     frames_per_batch: int
+    #: parallel training environments
     num_envs: int
     #: frames per minibatch (on-policy) or transitions per group per optimizer step (off-policy)
     batch_size: int
+    #: whether collection keeps the autograd graph through a differentiable simulator (the run's argument)
     collect_with_grad: bool = False
 
 
@@ -46,8 +50,9 @@ class GroupLearner(nn.Module, ABC):
 
     A subclass checks and stores its own arguments, then calls ``super().__init__`` (which builds
     :meth:`build_policy`, :meth:`build_critic` and :meth:`build_objective`, in that order), and implements
-    :meth:`param_groups`. Built with ``group=None``, a learner only checks its arguments and builds nothing: the run
-    does that before any environment (even the probe that finds the groups) is built.
+    :meth:`param_groups`. The run builds one per group from the ``task``, the ``group``'s name and the
+    :class:`RunFacts` it may read (``run``). Built with ``group=None``, a learner only checks its arguments and builds
+    nothing: the run does that before any environment (even the probe that finds the groups) is built.
 
     Args:
         actor_model: network of each group's policy (default ``Mlp()``: 256-256, Tanh).

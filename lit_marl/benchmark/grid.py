@@ -75,16 +75,24 @@ GRID_KEYS = ("name", "output_dir", "parallel", "seeds", "algorithms", "tasks", "
 
 @dataclass
 class Run:
-    """One cell of the grid."""
+    """One cell of the grid: an algorithm on a task with a seed, trained by its own ``lit-marl fit``."""
 
+    #: the algorithm's name in the grid file
     algorithm: str
+    #: the task's name in the grid file
     task: str
     seed: int
+    #: the run's folder (its ``run_config.yaml``, ``train.log``, ``train/version_<n>/``, ``finished.json``)
     folder: Path
+    #: the run's full config (the algorithm's and the task's, with the grid's overrides)
     config: dict[str, Any]
-    status: str = "pending"  # pending → finished | skipped | failed | interrupted (its launcher was stopped)
+    #: ``pending`` → ``finished`` | ``skipped`` | ``failed`` | ``interrupted`` (its launcher was stopped)
+    status: str = "pending"
+    #: the checkpoint a resumed run continues from
     resumed_from: Path | None = None
+    #: wall time of this launch's fit
     seconds: float = 0.0
+    #: ``finished.json``'s record (final metrics, times) once the run finished
     info: dict[str, Any] = field(default_factory=dict)
 
     @property

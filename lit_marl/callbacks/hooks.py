@@ -19,7 +19,8 @@ class MarlCallback(Callback):
 
 
 def call_marl_hook(trainer: Trainer | None, pl_module: LightningModule, name: str, *args: Any) -> None:
-    """Call hook ``name`` on the module, then on every callback that defines it."""
+    """Call hook ``name`` with ``args`` on ``pl_module``, then on every callback of ``trainer`` that defines it (with
+    ``trainer, pl_module`` first, as Lightning calls its hooks); with no ``trainer``, on the module only."""
     getattr(pl_module, name)(*args)
     if trainer is None:
         return

@@ -29,11 +29,18 @@ from lit_marl.utils import Configurable, isolated_rng
 class TaskSpecs:
     """What an algorithm needs to know to build its networks (batch dimensions stripped)."""
 
+    #: the agent groups, ``{group: [agent names]}``
     group_map: dict[str, list[str]]
+    #: every observation entry, per group ``(group, "observation")`` shaped ``[n_agents, ...]`` and its infos, and the
+    #: state where the task has one
     observation_spec: Composite
+    #: per group ``(group, "action")``
     action_spec: Composite
+    #: per group ``(group, "reward")``
     reward_spec: Composite
+    #: the ``done`` and ``terminated`` entries (``truncated`` where the env reports it)
     done_spec: Composite
+    #: the global state's spec, where the task has one (:attr:`Task.state_key`)
     state_spec: TensorSpec | None
 
     def n_agents(self, group: str) -> int:

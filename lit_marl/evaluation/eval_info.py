@@ -36,7 +36,19 @@ UNTRAINED = "untrained: no checkpoint was given, the config's freshly initialise
 def build_eval_info(module, batches: list[dict[str, int]], rollouts: list[TensorDictBase], seconds: float,
                     checkpoint: str | None, confidence: float = CONFIDENCE,
                     n_resamples: int = N_RESAMPLES) -> dict[str, Any]:
-    """The ``eval_info`` dict of a test: ``per_episode``, ``aggregated``, ``provenance``."""
+    """The ``eval_info`` dict of a test: ``per_episode`` (:func:`episode_records`), ``aggregated`` (mean, IQM and
+    bootstrap confidence intervals of the returns, overall and per group; mean length, success rate, time) and
+    ``provenance`` (package versions, the checkpoint and its SHA-256, the run's config).
+
+    Args:
+        module: the evaluated run (a :class:`~lit_marl.algorithms.MarlAlgorithm`).
+        batches: the batches of episodes (:class:`~lit_marl.data.EvaluationBatches`' items), one per rollout.
+        rollouts: each batch's rollout, ``[num_envs, max_steps]`` with ``("episode", "mask")``.
+        seconds: wall time of the evaluation.
+        checkpoint: the evaluated checkpoint (None: the config's freshly initialised weights).
+        confidence: width of the bootstrap confidence intervals.
+        n_resamples: bootstrap resamples.
+    """
     if len(batches) != len(rollouts):
         raise RuntimeError(f"{len(rollouts)} evaluation rollouts for {len(batches)} batches")
     per_episode = []
@@ -139,6 +151,12 @@ def compare(a: dict[str, Any] | str | os.PathLike, b: dict[str, Any] | str | os.
     Returns the mean and IQM of the per-episode return difference ``a - b`` with bootstrap CIs over the
     pairs, and the fraction of episodes where ``a`` did better: "A beats B" when the CI excludes 0.
     Evaluations on different seeds are refused, naming the episodes one of them lacks.
+
+    Args:
+        a: an ``eval_info`` (dict), or the path of an ``eval_info.json`` or of the folder holding one.
+        b: the same, for the evaluation ``a`` is compared against.
+        confidence: width of the bootstrap confidence intervals.
+        n_resamples: bootstrap resamples.
     """
     a = a if isinstance(a, dict) else read_eval_info(a)
     b = b if isinstance(b, dict) else read_eval_info(b)

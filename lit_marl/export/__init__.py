@@ -187,7 +187,12 @@ def _scripted(program) -> torch.jit.ScriptModule:
 
 def load_exported(path: str | os.PathLike, format: str | None = None):
     """A callable ``f(*inputs) -> action | (action, *states)`` over torch tensors for an exported file (ONNX files
-    run in ONNX Runtime, where installed)."""
+    run in ONNX Runtime, where installed); the inputs, in order, are those the folder's ``manifest.json`` lists.
+
+    Args:
+        path: a file :func:`export_policy` wrote (``<group>.pt2``, ``.pt`` or ``.onnx``).
+        format: ``"exported"``, ``"torchscript"`` or ``"onnx"`` (default: read from the suffix).
+    """
     path = Path(path)
     format = format or {suffix: name for name, suffix in FORMATS.items()}.get(path.suffix)
     if format == "exported":
@@ -317,7 +322,15 @@ def default_folder(ckpt_path: str | os.PathLike, format: str) -> Path:
 
 def export_checkpoint(ckpt_path: str | os.PathLike, format: str = "exported", out: str | os.PathLike | None = None,
                       groups: list[str] | None = None, batch_size: int | None = None) -> Path:
-    """Load a lit-marl checkpoint and :func:`export_policy` it (to ``out``, default :func:`default_folder`)."""
+    """Load a lit-marl checkpoint and :func:`export_policy` it; returns the new folder.
+
+    Args:
+        ckpt_path: a checkpoint of any lit-marl algorithm.
+        format: ``"exported"`` (``torch.export``, ``.pt2``), ``"torchscript"`` (``.pt``) or ``"onnx"``.
+        out: the new folder (default ``<run>/exports/<format>-<timestamp>``).
+        groups: the groups whose policies to export (default: every group).
+        batch_size: None exports a batch dimension of any size; an int fixes it.
+    """
     format = _check_format(format)
     batch_size = _batch_arg(batch_size)
     if out is not None:
