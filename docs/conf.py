@@ -226,8 +226,7 @@ def _class_sections(app, what, name, obj, options, lines) -> None:
     module_doc = inspect.getdoc(module) if module is not None else None
     notes = None
     if module_doc and _MODULE_DOCSTRING.search(text):
-        text = re.sub(r"the module\s+docstring", "the notes below", text.replace("(module docstring)",
-                                                                             "(see the notes below)"))
+        text = re.sub(r"the module\s+docstring", "its notes", text.replace("(module docstring)", "(see its notes)"))
         notes = ["Notes:", *("    " + line if line else "" for line in module_doc.splitlines())]
     free, sections = _split_sections(text.split("\n"))
     if notes is not None:

@@ -18,7 +18,7 @@ from lit_marl.algorithms.ppo import IPPO, MAPPO, PPO
 from lit_marl.algorithms.q_learning import IQL, QMIX, VDN, QLearning
 from lit_marl.algorithms.sac import ISAC, MASAC, SAC
 
-#: an alias of :class:`MarlAlgorithm` under the name of a former base (of the on-policy algorithms, of the
+#: An alias of :class:`MarlAlgorithm` under the name of a former base (of the on-policy algorithms, of the
 #: replay-buffer ones): a subclass written against it still builds, and its learner names the loop it trains with
 OnPolicyAlgorithm = OffPolicyAlgorithm = MarlAlgorithm
 
