@@ -143,7 +143,7 @@ def _skip_member(app, what, name, obj, skip, options):
         return None
     public_classes = _public_classes()
     if owner.__module__.startswith("lit_marl") and id(owner) not in public_classes:
-        pages = [klass for klass in cls.__mro__ if id(klass) in public_classes and issubclass(klass, owner)]
+        pages = [klass for klass in cls.__mro__ if id(klass) in public_classes and owner in klass.__mro__]
         if pages and pages[-1] is cls:
             return None
     return True
@@ -162,7 +162,7 @@ def _public_bases(app, name, obj, options, bases: list) -> None:
         return [b for parent in base.__bases__ for b in shown(parent)]
 
     replaced = list(dict.fromkeys(b for base in bases for b in shown(base)))
-    most_derived = [b for b in replaced if not any(other is not b and issubclass(other, b) for other in replaced)]
+    most_derived = [b for b in replaced if not any(other is not b and b in other.__mro__ for other in replaced)]
     bases[:] = most_derived or [object]
 
 

@@ -76,7 +76,7 @@ def _undocumented_members(name: str, cls: type, public: set[int]) -> list[str]:
     # cls itself, and the internal lit-marl bases whose members this page shows (its least derived public subclass)
     owners = [klass for klass in cls.__mro__ if klass is cls or (
         _is_lit_marl(klass) and id(klass) not in public
-        and [k for k in cls.__mro__ if id(k) in public and issubclass(k, klass)][-1] is cls)]
+        and [k for k in cls.__mro__ if id(k) in public and klass in k.__mro__][-1] is cls)]
     for owner in owners:
         for member, value in vars(owner).items():
             if member.startswith("_") or not _is_member(value) or _docstring(value):
