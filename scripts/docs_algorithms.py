@@ -335,7 +335,7 @@ def _markdown(text: str) -> str:
 
 
 def first_sentence(text: str) -> str:
-    parts = re.split(r"(?<=[a-z0-9)`'\]])\.\s+(?=[A-Z(`])", text.strip(), maxsplit=1)
+    parts = re.split(r"(?<=[a-z0-9)`'\]])(?<!e\.g)(?<!i\.e)\.\s+(?=[A-Z(`])", text.strip(), maxsplit=1)
     sentence = parts[0]
     return sentence if sentence.endswith(".") or len(parts) == 1 and sentence.endswith(")") else sentence + "."
 
@@ -391,6 +391,8 @@ def argument_sections(cls: type[MarlAlgorithm]) -> list[tuple[type, list[tuple[s
 def _default(value: Any) -> str:
     if value is inspect.Parameter.empty:
         return "required"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10_000:
+        return f"`{value:_}`"  # 1_000_000: the same number to Python and to the YAML of a config
     return f"`{_code(repr(value))}`"
 
 
