@@ -15,11 +15,13 @@ def generators() -> list[Path]:
     return sorted((ROOT / "scripts").glob("docs_*.py"))
 
 
-def _generate(app) -> None:
+def _generate(app, config=None) -> None:
     for script in generators():
         runpy.run_path(str(script), run_name="__docs_build__")["write_all"](OUT)
 
 
 def setup(app):
-    app.connect("builder-inited", _generate, priority=100)  # before autosummary generates the API pages
+    # at config-inited, before Sphinx lists the source files (a fresh checkout has no docs/_generated/ yet) and before
+    # autosummary writes the API pages the generated lists name
+    app.connect("config-inited", _generate, priority=100)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
