@@ -422,7 +422,7 @@ def _run(args: list[str] | None) -> None:
                                            f"ended; the run is complete: {what_was_left('fit')}")
 
 
-#: exit codes of ``lit-marl`` (README, "Reliability"): 0 done, 1 unexpected error (a bug: traceback),
+#: exit codes of ``lit-marl`` (docs/guide/checkpoints.md): 0 done, 1 unexpected error (a bug: traceback),
 #: 2 bad config or checkpoint (nothing written), 3 NaN/Inf stopped training, 4 a write failed (disk full,
 #: read-only), 128 + signal number when SIGTERM (143), SIGUSR1 (138) or Ctrl-C (130) stopped training after a
 #: checkpoint; 130 also for a Ctrl-C outside training or a second one (the checkpoints on disk are whole)

@@ -74,7 +74,7 @@ class MarlAlgorithm(pl.LightningModule, ABC):
         seed: base seed of the training envs (linked to ``seed_everything`` on the command line).
         compile: run each group's loss, forward and backward, through ``torch.compile`` (on CUDA with CUDA graphs,
             ``mode="reduce-overhead"``). Off by default: on CPUs it does not pay at BenchMARL's sizes (see
-            ``benchmarks/README.md``); the first steps pay the compilation (tens of seconds).
+            ``docs/results/speed.md``); the first steps pay the compilation (tens of seconds).
         collect_with_grad: collect with rollouts that keep the autograd graph through a differentiable simulator
             (VMAS), as BenchMARL's ``collect_with_grad``: ``on_batch_collected`` hooks get the batch with the graph
             from the policies' parameters through actions and physics to observations and rewards; training reads a

@@ -239,7 +239,7 @@ class HypernetQMixer(QMixer):
     mixing itself (absolute weights, ELU, the state's bias and V(s)) is torchrl's. On LBF 8x8-2p-2f-coop, whose
     observations run to 7, the one-layer mixer starts with a team value ~285 times the agents' values (measured) and
     QMIX earned nothing there in 700k frames (four runs); with two layers it starts at ~75 times and leaves zero,
-    slowly (``benchmarks/README.md``)."""
+    slowly (``docs/results/beside-epymarl-and-harl.md``)."""
 
     def __init__(self, state_shape: tuple[int, ...], mixing_embed_dim: int, n_agents: int, device: Any,
                  hypernet_layers: int = 1, hypernet_embed: int = 64) -> None:

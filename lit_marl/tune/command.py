@@ -144,8 +144,8 @@ def main(argv: list[str]) -> int:
     """``lit-marl tune --config C --space S [--trials N] [--workers K] [--out DIR] ...``."""
     parser = argparse.ArgumentParser(prog="lit-marl tune", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="the lit-marl config to tune (as for lit-marl fit)")
-    parser.add_argument("--space", required=True, help="the search-space YAML (see the README, 'Hyperparameter "
-                                                       "search'): dotted config keys -> distributions, and settings")
+    parser.add_argument("--space", required=True, help="the search-space YAML (docs/guide/tune.md): dotted config "
+                                                       "keys -> distributions, and settings")
     parser.add_argument("--trials", type=int, default=None, help="trials of the study (default: the space file's, "
                                                                  "or 20); a re-run continues up to it")
     parser.add_argument("--workers", type=int, default=1, help="worker processes sharing the study (default 1)")
