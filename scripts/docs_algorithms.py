@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import runpy
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -511,14 +512,8 @@ def pages() -> dict[str, str]:
 
 def write_all(out: Path) -> list[Path]:
     """Write every generated file into ``out`` (unchanged files are left alone, so Sphinx rebuilds no page)."""
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in pages().items():
-        path = out / name
-        if not path.exists() or path.read_text() != text:
-            path.write_text(text)
-        written.append(path)
-    return written
+    write_pages = runpy.run_path(str(Path(__file__).with_name("docs_api.py")))["write_pages"]
+    return write_pages(out, pages())
 
 
 if __name__ == "__main__":

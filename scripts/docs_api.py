@@ -77,18 +77,22 @@ def api_pages() -> dict[str, str]:
     return pages
 
 
-def write_all(out: Path) -> list[Path]:
-    """Writes every generated page under ``out``; a file is rewritten only when its text changed (so Sphinx's
-    incremental build re-reads only what changed)."""
+def write_pages(out: Path, pages: dict[str, str]) -> list[Path]:
+    """Writes ``{file name: text}`` under ``out``; a file is rewritten only when its text changed (so Sphinx's
+    incremental build re-reads only what changed). Also what ``scripts/docs_algorithms.py`` writes with."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    pages = dict(api_pages())
     for name, text in pages.items():
         path = out / name
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
         written.append(path)
     return written
+
+
+def write_all(out: Path) -> list[Path]:
+    """Writes every API page under ``out``."""
+    return write_pages(out, api_pages())
 
 
 if __name__ == "__main__":
