@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.docs_examples import ROOT, command_lines, pages, python_pages, skipped_blocks
+from tests.helpers.docs_examples import ROOT, command_lines, pages, plain_fit, python_pages, skipped_blocks
 
 pytestmark = pytest.mark.docs
 
@@ -114,7 +114,15 @@ def test_python_examples_run(page, tmp_path, placeholders, bin_dir):
 
 @pytest.mark.parametrize("block,command", command_lines(), ids=[f"{b.where}:{c[:60]}" for b, c in command_lines()])
 def test_command_runs(block, command, tmp_path, placeholders, bin_dir, request):
-    """The ``lit-marl`` line as written (kept small), through bash."""
+    """The ``lit-marl`` line as written (kept small), through bash. A plain ``lit-marl fit --config configs/X.yaml``
+    is the run ``tests/test_cli.py::test_every_config_runs_one_small_iteration`` makes of every shipped config (in
+    the default suite): here it must name one of those configs."""
+    config = plain_fit(command)
+    if config is not None:
+        from tests.test_cli import CONFIGS
+
+        assert (CONFIGS / config).is_file(), f"{block.where}: {command} names no shipped config"
+        return
     work = _folder(tmp_path / "work")
     _report_folders(_substitute(command, placeholders), work, request)
     result = subprocess.run(["bash", "-eo", "pipefail", "-c", _substitute(command, placeholders)], cwd=work,

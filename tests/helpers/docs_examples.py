@@ -108,6 +108,17 @@ def command_lines() -> list[tuple[Block, str]]:
     return [(block, command) for command, block in seen.items()]
 
 
+#: ``lit-marl fit --config configs/<name>.yaml`` and nothing else: exactly what ``tests/test_cli.py``'s every-config
+#: test runs (the same config, the same small sizes), so the docs test checks only that it names a shipped config
+PLAIN_FIT = re.compile(r"lit-marl fit --config configs/(?P<config>[\w.-]+\.yaml)")
+
+
+def plain_fit(command: str) -> str | None:
+    """The shipped config a command trains as it is, or None for any other command."""
+    match = PLAIN_FIT.fullmatch(command.split("#")[0].strip())
+    return match["config"] if match else None
+
+
 def skipped_blocks() -> list[Block]:
     """Every block a page leaves out, with its reason."""
     return [block for page in pages() for block in blocks(page) if block.skip is not None]
