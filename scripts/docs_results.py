@@ -165,6 +165,18 @@ def learning_seeds() -> str:
     return "\n".join(parts)
 
 
+def reset_modes() -> str:
+    """IDDPG's evaluations with batched and with per-environment VMAS resets, seed by seed."""
+    m = load("reset_modes")["iddpg"]
+    rows = [[POINTS.get(r["point"], r["point"]), len(r["batched"]), per_seed(r["batched"]), per_seed(r["per_env"]),
+             f"{r['batched_mean']:.2f} / {r['per_env_mean']:.2f}", with_ci(r["difference"], r["ci"]),
+             f"{r['p_better']:.2f}"] for r in m["rows"]]
+    return (table(["frames", "seeds", "batched resets per seed", "per-environment resets per seed",
+                   "mean: batched / per-environment", "difference [95 % CI]", "P(per-environment better)"], rows)
+            + f"\n*The batched side: the learning table's IDDPG runs ({m['batched_measured']}).* "
+            + provenance(m, "reset_modes.yaml"))
+
+
 def learning_earlier() -> str:
     d = load("learning_vs_benchmarl")["algorithms"]
     rows = []
@@ -532,7 +544,7 @@ def tables(out: Path) -> dict[str, str]:
         "results_headlines": headlines(), "results_machines": machines(), "results_targets": targets(),
         "results_differential_update": differential_update(), "results_differential_run": differential_run(),
         "results_learning_summary": learning_summary(), "results_learning_seeds": learning_seeds(),
-        "results_learning_earlier": learning_earlier(), "results_qmix_curve": qmix_curve(out),
+        "results_learning_earlier": learning_earlier(), "results_reset_modes": reset_modes(), "results_qmix_curve": qmix_curve(out),
         "results_mappo_long": mappo_long(out), "results_happo_mappo": happo_mappo(),
         "results_long_checks": long_checks(), "results_kernels": kernels(), "results_reseeding": reseeding(),
         "results_collection": collection(), "results_families": families(), "results_iteration": iteration(),

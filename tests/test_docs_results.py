@@ -105,6 +105,23 @@ def test_the_learning_rows_agree_with_their_seeds_and_their_cis():
         assert abs(again["ci_low"] - low) < 0.15 and abs(again["ci_high"] - high) < 0.15, (label, again)
 
 
+def test_the_reset_modes_rows_agree_with_their_seeds_and_the_learning_table():
+    """The per-environment-resets arm: its means, difference and CI follow from its seeds, and its batched side is
+    the learning table's current IDDPG row, seed for seed."""
+    from lit_marl.evaluation.statistics import independent_difference
+
+    table = {r["point"]: r for r in _data("learning_vs_benchmarl")["algorithms"]["iddpg"]["current"]["rows"]}
+    for row in _data("reset_modes")["iddpg"]["rows"]:
+        assert row["batched"] == table[row["point"]]["lit_marl"], row["point"]
+        assert abs(np.mean(row["batched"]) - row["batched_mean"]) <= 0.0051, row["point"]
+        assert abs(np.mean(row["per_env"]) - row["per_env_mean"]) <= 0.0051, row["point"]
+        again = independent_difference(row["per_env"], row["batched"])
+        assert abs(again["mean_difference"]["value"] - row["difference"]) <= 0.0051, row["point"]
+        assert [round(again["mean_difference"]["ci_low"], 2), round(again["mean_difference"]["ci_high"], 2)] == \
+            row["ci"], row["point"]
+        assert abs(again["probability_a_better"] - row["p_better"]) <= 0.0051, row["point"]
+
+
 def test_every_current_learning_row_meets_the_rule_as_the_learning_page_says():
     """docs/results/learning.md says every algorithm meets the rule at every evaluation: a new measurement that does
     not must change that page's words."""
