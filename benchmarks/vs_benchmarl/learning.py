@@ -16,7 +16,9 @@ over seeds (``lit_marl.evaluation.statistics``), the same for the training retur
 
 The side ``lit-marl-one-stream`` is lit-marl with its training environments seeded once, at the first collection,
 instead of at every iteration that starts on episode boundaries (``one_stream.py``; issue 32 item 3); ``table --sides
-lit-marl lit-marl-one-stream`` compares it with the shipped design the same way.
+lit-marl lit-marl-one-stream`` compares it with the shipped design the same way. The side ``lit-marl-per-env-resets``
+is the shipped config with ``task.batched_resets: false`` (each finished VMAS environment reset on its own, as
+torchrl's VmasEnv does; benchmarks/results/reset_modes.yaml).
 """
 
 from __future__ import annotations
